@@ -1,0 +1,336 @@
+//! hostpipe's TOML configuration: parsed once here, at the edge, into typed values.
+//!
+//! ```toml
+//! [model]                      # hostpipe_core::ModelProfile; every key optional
+//! name = "gpt-4o"
+//! context_window = 128000
+//!
+//! [host]                       # MCP host limits
+//! connect_timeout_ms = 30000
+//! request_timeout_ms = 30000
+//! max_list_pages = 100
+//!
+//! [mcp_servers.kb]             # the same keys as a standard `mcpServers` entry
+//! command = "npx"
+//! args = ["-y", "@modelcontextprotocol/server-everything@2026.8.31"]
+//!
+//! [pipelines.default]
+//! stages = ["bind_mcp_servers", "resource_context_injection", "tool_assembly"]
+//! runner = "preview"
+//! system_prompt = "…"
+//! [pipelines.default.bind_mcp_servers]          # one section per stage, by name
+//! servers = [{ name = "kb", required = true }]
+//! [pipelines.default.resource_context_injection]
+//! budget_tokens = 4000
+//! attachments = [{ server = "kb", uri = "demo://resource/static/document/features.md" }]
+//! [pipelines.default.preview]                   # and one for the runner
+//! format = "text"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hostpipe_core::{BuildContext, ConfigError, McpSource, ModelProfile, Pipeline, Registry};
+use hostpipe_mcp::{HostOptions, RawServerEntry, ServerConfig, parse_mcp_servers_json};
+use serde::Deserialize;
+
+/// Where the embedded default configuration says it comes from, in errors.
+pub const EMBEDDED: &str = "<embedded default config>";
+
+/// The stages a pipeline runs when its config lists none.
+pub const DEFAULT_STAGES: [&str; 3] = [
+    "bind_mcp_servers",
+    "resource_context_injection",
+    "tool_assembly",
+];
+
+/// The embedded default: pipeline `default` bound to the demo server (added by
+/// [`load`], spawned from this very binary as `hostpipe demo-server`).
+pub const EMBEDDED_TOML: &str = r#"
+[pipelines.default]
+stages = ["bind_mcp_servers", "resource_context_injection", "tool_assembly"]
+runner = "preview"
+system_prompt = """
+You are the Acme support assistant. Answer from the attached resources when they are \
+relevant, say which resource you used, and say so when they do not cover the question."""
+
+[pipelines.default.bind_mcp_servers]
+servers = [{ name = "demo", required = true }]
+
+[pipelines.default.resource_context_injection]
+budget_tokens = 4000
+attachments = [
+  { server = "demo", uri = "demo://config/app.json" },
+  { server = "demo", uri = "demo://docs/handbook.md" },
+  { server = "demo", template = "demo://docs/{topic}", arguments = { topic = { var = "topic", default = "deployment" } } },
+  { server = "demo", uri = "demo://images/logo.png" },
+]
+"#;
+
+/// `[host]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSection {
+    /// Connect timeout in milliseconds.
+    pub connect_timeout_ms: Option<u64>,
+    /// Request timeout in milliseconds.
+    pub request_timeout_ms: Option<u64>,
+    /// Page cap per list.
+    pub max_list_pages: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    model: ModelProfile,
+    #[serde(default)]
+    host: HostSection,
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, RawServerEntry>,
+    #[serde(default)]
+    pipelines: BTreeMap<String, toml::Table>,
+}
+
+/// A loaded, validated configuration (servers not yet connected).
+#[derive(Debug)]
+pub struct LoadedConfig {
+    /// The file pipelines came from (or [`EMBEDDED`]).
+    pub source: String,
+    /// The model.
+    pub model: ModelProfile,
+    /// Host options.
+    pub host: HostOptions,
+    /// Servers.
+    pub servers: Vec<ServerConfig>,
+    pipelines: BTreeMap<String, toml::Table>,
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new("", format!("cannot read: {e}")).in_file(path.display().to_string())
+    })
+}
+
+/// Parses hostpipe TOML `text` from `source` (a file name for errors).
+///
+/// # Errors
+/// [`ConfigError`] naming `source` and the key.
+pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
+    let file: FileConfig = toml::from_str(text).map_err(|e| {
+        let at = e
+            .span()
+            .map(|s| line_col(text, s.start))
+            .map(|(l, c)| format!(" (line {l}, column {c})"))
+            .unwrap_or_default();
+        ConfigError::new("", format!("{}{at}", e.message())).in_file(source)
+    })?;
+    let mut servers = Vec::new();
+    for (name, raw) in file.mcp_servers {
+        servers.push(
+            ServerConfig::from_entry(&name, raw)
+                .map_err(|e| e.under(&format!("mcp_servers.{name}")).in_file(source))?,
+        );
+    }
+    let defaults = HostOptions::default();
+    let host = HostOptions {
+        connect_timeout: file
+            .host
+            .connect_timeout_ms
+            .map_or(defaults.connect_timeout, Duration::from_millis),
+        request_timeout: file
+            .host
+            .request_timeout_ms
+            .map_or(defaults.request_timeout, Duration::from_millis),
+        max_list_pages: file.host.max_list_pages.unwrap_or(defaults.max_list_pages),
+        ..defaults
+    };
+    Ok(LoadedConfig {
+        source: source.to_owned(),
+        model: file.model,
+        host,
+        servers,
+        pipelines: file.pipelines,
+    })
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..text.floor_char_boundary(offset.min(text.len()))];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// Loads `config` (or the embedded default, with the demo server spawned from
+/// `self_exe`), then adds the servers of the `mcp_config` JSON and binds them all to
+/// pipeline `default`.
+///
+/// # Errors
+/// [`ConfigError`] naming the file and key.
+pub fn load(
+    config: Option<&Path>,
+    mcp_config: Option<&Path>,
+    self_exe: &Path,
+) -> Result<LoadedConfig, ConfigError> {
+    let mut loaded = match config {
+        Some(path) => parse(&read(path)?, &path.display().to_string())?,
+        None => {
+            let mut c = parse(EMBEDDED_TOML, EMBEDDED)?;
+            c.servers.push(ServerConfig::stdio(
+                "demo",
+                self_exe.display().to_string(),
+                ["demo-server"],
+            ));
+            c
+        }
+    };
+    if let Some(path) = mcp_config {
+        let file = path.display().to_string();
+        let extra = parse_mcp_servers_json(&read(path)?).map_err(|e| e.in_file(&file))?;
+        let Some(default) = loaded.pipelines.get_mut("default") else {
+            return Err(ConfigError::new(
+                "pipelines.default",
+                "--mcp-config binds its servers to pipeline `default`, which is not defined",
+            )
+            .in_file(&loaded.source));
+        };
+        let bind = default
+            .entry("bind_mcp_servers")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(t) = bind {
+            let list = t
+                .entry("servers")
+                .or_insert_with(|| toml::Value::Array(Vec::new()));
+            if let toml::Value::Array(a) = list {
+                for s in &extra {
+                    a.push(toml::Value::String(s.name.clone()));
+                }
+            }
+        }
+        for s in extra {
+            if loaded.servers.iter().any(|o| o.name == s.name) {
+                return Err(ConfigError::new(
+                    format!("mcpServers.{}", s.name),
+                    "a server of this name is already configured",
+                )
+                .in_file(file));
+            }
+            loaded.servers.push(s);
+        }
+    }
+    Ok(loaded)
+}
+
+impl LoadedConfig {
+    /// Pipeline ids, sorted.
+    pub fn pipeline_ids(&self) -> Vec<&str> {
+        self.pipelines.keys().map(String::as_str).collect()
+    }
+
+    /// Builds every pipeline with `registry`, against the servers of `mcp`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file and key: an unknown stage or runner (listing the
+    /// known ones), a stage's invalid section, a section for a stage the pipeline does
+    /// not list.
+    pub fn build_pipelines(
+        &self,
+        registry: &Registry,
+        mcp: Arc<dyn McpSource>,
+    ) -> Result<BTreeMap<String, Pipeline>, ConfigError> {
+        let model = Arc::new(self.model.clone());
+        let mut out = BTreeMap::new();
+        for (id, table) in &self.pipelines {
+            let at = |k: &str| format!("pipelines.{id}{}{k}", if k.is_empty() { "" } else { "." });
+            let err = |e: ConfigError| e.in_file(&self.source);
+            let stages: Vec<String> = match table.get("stages") {
+                None => DEFAULT_STAGES.iter().map(|s| (*s).to_owned()).collect(),
+                Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| {
+                    err(ConfigError::new(
+                        at("stages"),
+                        format!("expected a list of stage names: {}", e.message()),
+                    ))
+                })?,
+            };
+            let runner: String = match table.get("runner") {
+                None => "preview".into(),
+                Some(toml::Value::String(s)) => s.clone(),
+                Some(_) => {
+                    return Err(err(ConfigError::new(
+                        at("runner"),
+                        "expected a runner name",
+                    )));
+                }
+            };
+            let system_prompt = match table.get("system_prompt") {
+                None => None,
+                Some(toml::Value::String(s)) => Some(s.clone()),
+                Some(_) => {
+                    return Err(err(ConfigError::new(
+                        at("system_prompt"),
+                        "expected a string",
+                    )));
+                }
+            };
+            for key in table.keys() {
+                let known = matches!(key.as_str(), "stages" | "runner" | "system_prompt")
+                    || stages.contains(key)
+                    || *key == runner;
+                if !known {
+                    return Err(err(ConfigError::new(
+                        at(key),
+                        format!(
+                            "`{key}` is not a pipeline setting, a stage this pipeline lists ({}), or its runner (`{runner}`)",
+                            stages.join(", ")
+                        ),
+                    )));
+                }
+            }
+            let ctx = BuildContext {
+                pipeline_id: id.clone(),
+                mcp: Arc::clone(&mcp),
+                model: Arc::clone(&model),
+            };
+            let section = |name: &str| -> Result<serde_json::Value, ConfigError> {
+                table.get(name).map_or(Ok(serde_json::Value::Null), |v| {
+                    serde_json::to_value(v).map_err(|e| ConfigError::new(at(name), e.to_string()))
+                })
+            };
+            let mut built = Vec::with_capacity(stages.len());
+            for (i, name) in stages.iter().enumerate() {
+                let d = registry
+                    .stage(name)
+                    .map_err(|e| err(e.under(&at(&format!("stages[{i}]")))))?;
+                let stage = (d.build)(&section(name).map_err(err)?, &ctx)
+                    .map_err(|e| err(e.under(&at(name))))?;
+                built.push((name.clone(), stage));
+            }
+            let d = registry
+                .runner(&runner)
+                .map_err(|e| err(e.under(&at("runner"))))?;
+            let r = (d.build)(&section(&runner).map_err(err)?, &ctx)
+                .map_err(|e| err(e.under(&at(&runner))))?;
+            out.insert(
+                id.clone(),
+                Pipeline::new(
+                    id.clone(),
+                    built,
+                    (runner, r),
+                    Arc::clone(&model),
+                    system_prompt,
+                ),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// The path of this binary, for spawning the embedded demo server.
+///
+/// # Errors
+/// When the OS cannot tell.
+pub fn self_exe() -> std::io::Result<PathBuf> {
+    std::env::current_exe()
+}

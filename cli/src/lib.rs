@@ -1,0 +1,79 @@
+//! The `hostpipe` command's library: configuration loading ([`config`]), the embedded
+//! demo MCP server ([`demo`]) and [`App`], which wires the registry, the MCP host and
+//! the pipelines together. `main.rs` is only argument parsing and output.
+
+pub mod config;
+pub mod demo;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use hostpipe_core::{Pipeline, Registry, RegistryError};
+use hostpipe_mcp::McpHost;
+
+/// The registry of every stage and runner linked into this binary.
+///
+/// # Errors
+/// [`RegistryError`] when two share a name.
+pub fn registry() -> Result<Registry, RegistryError> {
+    // Name every plugin crate so the linker keeps its registrations.
+    hostpipe_stages::link();
+    hostpipe_runners::link();
+    Registry::from_inventory()
+}
+
+/// A configured hostpipe: MCP host connected, pipelines built.
+pub struct App {
+    /// The loaded configuration.
+    pub config: config::LoadedConfig,
+    /// The MCP host.
+    pub host: Arc<McpHost>,
+    /// Pipelines by id.
+    pub pipelines: BTreeMap<String, Pipeline>,
+}
+
+impl App {
+    /// Loads the configuration (see [`config::load`]), validates every pipeline against
+    /// the registry and the configured servers, then connects all servers.
+    ///
+    /// # Errors
+    /// A configuration error (naming the file and key), or a registry conflict.
+    pub async fn start(
+        config_file: Option<&Path>,
+        mcp_config: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let exe = config::self_exe()
+            .context("cannot find the hostpipe executable to spawn the demo server")?;
+        let config = config::load(config_file, mcp_config, &exe)?;
+        let registry = registry()?;
+        let host = Arc::new(McpHost::new(config.servers.clone(), config.host.clone()));
+        let pipelines = config.build_pipelines(&registry, host.clone())?;
+        host.connect_all().await;
+        Ok(Self {
+            config,
+            host,
+            pipelines,
+        })
+    }
+
+    /// The pipeline `id`.
+    ///
+    /// # Errors
+    /// When no pipeline has that id (the message lists the ids).
+    pub fn pipeline(&self, id: &str) -> anyhow::Result<&Pipeline> {
+        self.pipelines.get(id).with_context(|| {
+            format!(
+                "{}: no pipeline `{id}`; pipelines: {}",
+                self.config.source,
+                self.config.pipeline_ids().join(", ")
+            )
+        })
+    }
+
+    /// Closes every MCP session.
+    pub async fn shutdown(&self) {
+        self.host.shutdown().await;
+    }
+}

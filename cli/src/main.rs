@@ -1,0 +1,328 @@
+//! The `hostpipe` command.
+
+use std::io::{IsTerminal as _, Read as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use hostpipe_cli::App;
+use hostpipe_core::{Attachment, McpSource as _, TraceEvent, Turn};
+use hostpipe_runners::PreviewReport;
+use hostpipe_stages::convert::{Converted, convert};
+
+/// Put MCP resources in front of a model: run a bot message through a pipeline.
+#[derive(Parser)]
+#[command(name = "hostpipe", version, about)]
+struct Cli {
+    /// hostpipe's TOML config (default: the embedded demo pipeline).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// A standard `mcpServers` JSON file (Claude Desktop, Cursor, VS Code); its servers
+    /// are all bound to pipeline `default`.
+    #[arg(long, global = true, value_name = "FILE")]
+    mcp_config: Option<PathBuf>,
+    /// More log output on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one turn and print the reply (the preview runner prints the request).
+    Run {
+        /// The message; read from stdin when absent.
+        message: Option<String>,
+        /// Pipeline id.
+        #[arg(long, default_value = "default")]
+        pipeline: String,
+        /// Conversation id.
+        #[arg(long, value_name = "ID")]
+        conversation: Option<String>,
+        /// A turn variable (repeatable).
+        #[arg(long = "var", value_name = "KEY=VALUE", value_parser = parse_var)]
+        vars: Vec<(String, String)>,
+        /// Attach a resource for this message (repeatable).
+        #[arg(long = "attach", num_args = 2, value_names = ["SERVER", "URI"])]
+        attach: Vec<String>,
+        /// Print one JSON document: reply, preview, trace.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Configured MCP servers: status, capabilities, counts.
+    Servers {
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resources and resource templates of one server.
+    Resources {
+        /// Server name.
+        server: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read one resource, converted as the pipeline would (blobs are described).
+    Read {
+        /// Server name.
+        server: String,
+        /// Resource URI.
+        uri: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Registered stages and runners.
+    Plugins,
+    /// Serve the embedded demo MCP server on stdio.
+    DemoServer,
+}
+
+fn parse_var(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("`{s}` is not KEY=VALUE")),
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOSTPIPE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    match dispatch(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::DemoServer => {
+            hostpipe_cli::demo::serve_stdio().await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Plugins => {
+            print!("{}", hostpipe_cli::registry()?.listing());
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
+    let app = App::start(cli.config.as_deref(), cli.mcp_config.as_deref()).await?;
+    let result = command(&app, cli.command).await;
+    app.shutdown().await;
+    result
+}
+
+async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run {
+            message,
+            pipeline,
+            conversation,
+            vars,
+            attach,
+            json,
+        } => {
+            let text = match message {
+                Some(m) => m,
+                None if std::io::stdin().is_terminal() => {
+                    bail!("give the message as an argument or on stdin")
+                }
+                None => {
+                    let mut s = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut s)
+                        .context("cannot read the message from stdin")?;
+                    s.trim_end().to_owned()
+                }
+            };
+            let p = app.pipeline(&pipeline)?;
+            let mut turn = Turn::new(pipeline.clone(), text);
+            turn.ids.conversation = conversation;
+            turn.ids.message = format!("cli-{}", std::process::id());
+            turn.variables = vars.into_iter().collect();
+            turn.attachments = attach
+                .chunks(2)
+                .map(|c| Attachment::message_uri(&c[0], &c[1]))
+                .collect();
+            let outcome = p.run_turn(turn).await;
+            if json {
+                let doc = serde_json::json!({
+                    "reply": outcome.reply,
+                    "ended_by": outcome.ended_by,
+                    "failed": outcome.failed,
+                    "preview": outcome.request.as_ref().map(PreviewReport::new),
+                    "trace": outcome.trace.records(),
+                });
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                for r in outcome.trace.records() {
+                    match &r.event {
+                        TraceEvent::Warning { message } => eprintln!("warning: {message}"),
+                        TraceEvent::ServerUnavailable { server, reason, .. } => {
+                            eprintln!("warning: MCP server `{server}` unavailable: {reason}")
+                        }
+                        TraceEvent::ResourceRead(read) if read.error.is_some() => {
+                            eprintln!(
+                                "warning: {} from `{}`: {}",
+                                read.uri,
+                                read.server,
+                                read.error.as_deref().unwrap_or("")
+                            )
+                        }
+                        _ => {}
+                    }
+                }
+                println!("{}", outcome.reply.trim_end());
+            }
+            Ok(if outcome.failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Servers { json } => {
+            let servers = app.host.servers();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&servers)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            for s in &servers {
+                println!("{}: {}", s.name, s.status.describe());
+                if let Some((name, version)) = &s.implementation {
+                    println!(
+                        "  server: {name} {version}, protocol {}",
+                        s.protocol_version.as_deref().unwrap_or("?")
+                    );
+                }
+                if s.status.is_connected() {
+                    let c = s.capabilities;
+                    let caps: Vec<&str> = [
+                        (c.tools, "tools"),
+                        (c.resources, "resources"),
+                        (c.resources_subscribe, "resources.subscribe"),
+                        (c.resources_list_changed, "resources.listChanged"),
+                        (c.prompts, "prompts"),
+                        (c.completions, "completions"),
+                        (c.logging, "logging"),
+                    ]
+                    .into_iter()
+                    .filter_map(|(on, name)| on.then_some(name))
+                    .collect();
+                    println!(
+                        "  capabilities: {}",
+                        if caps.is_empty() {
+                            "none".into()
+                        } else {
+                            caps.join(", ")
+                        }
+                    );
+                    println!(
+                        "  {} tools, {} resources, {} resource templates, {} prompts",
+                        s.counts.tools,
+                        s.counts.resources,
+                        s.counts.resource_templates,
+                        s.counts.prompts
+                    );
+                }
+                for w in &s.warnings {
+                    println!("  warning: {w}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Resources { server, json } => {
+            let resources = app.host.list_resources(&server).await?;
+            let templates = app.host.list_resource_templates(&server).await?;
+            if json {
+                let doc = serde_json::json!({ "resources": &*resources, "resource_templates": &*templates });
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("resources ({}):", resources.len());
+            for r in resources.iter() {
+                let size = r.size.map(|s| format!(", {s} bytes")).unwrap_or_default();
+                println!(
+                    "  {}  {} [{}{size}]",
+                    r.uri,
+                    r.title.as_deref().unwrap_or(&r.name),
+                    r.mime_type.as_deref().unwrap_or("?")
+                );
+            }
+            println!("resource templates ({}):", templates.len());
+            for t in templates.iter() {
+                println!(
+                    "  {}  {}",
+                    t.uri_template,
+                    t.title.as_deref().unwrap_or(&t.name)
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Read { server, uri, json } => {
+            let contents = app.host.read_resource(&server, &uri).await?;
+            let mut items = Vec::new();
+            for c in contents {
+                let (item_uri, mime, bytes) = (
+                    c.uri().to_owned(),
+                    c.mime_type().map(str::to_owned),
+                    c.byte_len(),
+                );
+                let converted = convert(c, &app.config.model);
+                if json {
+                    let (kind, text) = match &converted {
+                        Converted::Text(t) => ("text", Some(t.clone())),
+                        Converted::Image { width, height, .. } => {
+                            ("image", Some(format!("{width}x{height}")))
+                        }
+                        Converted::Fallback { note, .. } => ("fallback", Some(note.clone())),
+                    };
+                    items.push(serde_json::json!({"uri": item_uri, "mime_type": mime, "bytes": bytes, "kind": kind, "text": text}));
+                } else {
+                    match converted {
+                        Converted::Text(t) => println!("{}", t.trim_end()),
+                        Converted::Image {
+                            mime_type,
+                            width,
+                            height,
+                            data,
+                        } => {
+                            println!(
+                                "[image {item_uri} ({mime_type}, {width}×{height} px, {} bytes)]",
+                                data.len()
+                            )
+                        }
+                        Converted::Fallback { note, .. } => println!("{note}"),
+                    }
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&items)?);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugins | Command::DemoServer => unreachable!("handled before the app starts"),
+    }
+}

@@ -1,0 +1,58 @@
+//! The core model of hostpipe: what a turn is, what stages and runners are, and how a
+//! pipeline runs them.
+//!
+//! A [`Turn`] is one incoming bot message. A [`Pipeline`] runs an ordered list of
+//! [`Stage`]s over it; each stage either continues or ends the turn with a reply
+//! ([`StageOutcome`]). Stages read MCP servers through the [`McpSource`] trait (the MCP
+//! crate implements it; core never names an MCP SDK type), put the resources they read
+//! into [`ContextBlock`]s and the tools they gather into [`ToolSpec`]s. The turn then
+//! becomes one [`RunRequest`], the uniform context interface that every [`Runner`]
+//! renders into its own wire format, reporting [`RunEvent`]s. Every read and every
+//! decision lands in the turn's [`Trace`].
+//!
+//! Stages and runners are found through a [`Registry`] of [`StageDescriptor`]s and
+//! [`RunnerDescriptor`]s that crates submit with [`inventory`]
+//! ([`submit_stage!`], [`submit_runner!`]).
+//!
+//! Core reads no environment variables and no files: configuration arrives as typed
+//! values or as a `serde_json::Value` section that each stage deserializes.
+
+pub mod context;
+pub mod error;
+pub mod extensions;
+pub mod model;
+pub mod pipeline;
+pub mod registry;
+pub mod run;
+pub mod source;
+pub mod stage;
+pub mod tokens;
+pub mod tool;
+pub mod trace;
+pub mod turn;
+
+pub use context::{
+    ArgumentValue, Attachment, AttachmentTarget, BlockBody, BlockSource, ContextBlock,
+    FallbackReason, Scope, TemplateRef, Treatment, TruncationSide,
+};
+pub use error::{ConfigError, RunError, SourceError, StageError};
+pub use extensions::Extensions;
+pub use model::ModelProfile;
+pub use pipeline::{Pipeline, Prepared, TurnOutcome};
+pub use registry::{
+    BuildContext, Registry, RegistryError, RunnerDescriptor, StageDescriptor, StagePhase,
+};
+pub use run::{EventSink, RunEvent, RunReply, RunRequest, Runner, TokenUsage, collect_reply};
+pub use source::{
+    Annotations, ListCounts, McpSource, Prompt, PromptArgument, Resource, ResourceContents,
+    ResourceTemplate, Role, ServerCapabilities, ServerInfo, ServerStatus, Tool, ToolCallResult,
+    ToolContent,
+};
+pub use stage::{Stage, StageOutcome};
+pub use tokens::{Encoding, Tokenizer, Truncation};
+pub use tool::{ToolError, ToolExecutor, ToolOrigin, ToolSpec};
+pub use trace::{ReadRecord, Trace, TraceEvent, TraceRecord};
+pub use turn::{BoundServer, HistoryMessage, Turn, TurnIds, UserMessage, Variables};
+
+#[doc(hidden)]
+pub use inventory as __inventory;

@@ -1,0 +1,185 @@
+//! The pipeline executor: runs a pipeline's stages in order, then its runner.
+//!
+//! # Order
+//!
+//! Stages run exactly in the order the pipeline lists them, and order changes behaviour.
+//! With `bind_mcp_servers, resource_context_injection, tool_assembly`, injection reads
+//! only from servers bound for the turn and a required server that is down ends the
+//! turn before anything is read. Put `resource_context_injection` first and it finds no
+//! bound servers: every attachment becomes a fallback block saying its server is not
+//! bound, and the turn goes on with no context.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::model::ModelProfile;
+use crate::run::{RunReply, RunRequest, Runner, collect_reply};
+use crate::stage::{Stage, StageOutcome};
+use crate::trace::{Trace, TraceEvent};
+use crate::turn::Turn;
+
+/// A named stage in a pipeline.
+struct NamedStage {
+    name: String,
+    stage: Box<dyn Stage>,
+}
+
+/// An ordered list of stages plus a runner, with the pipeline's model and system prompt.
+pub struct Pipeline {
+    id: String,
+    stages: Vec<NamedStage>,
+    runner_name: String,
+    runner: Box<dyn Runner>,
+    model: Arc<ModelProfile>,
+    system_prompt: Option<String>,
+}
+
+/// How a turn ended.
+#[derive(Debug, Serialize)]
+pub struct TurnOutcome {
+    /// The answer for the user: the runner's reply, or the reply of the stage that ended
+    /// the turn, or an error message.
+    pub reply: String,
+    /// The stage that ended the turn early, if one did.
+    pub ended_by: Option<String>,
+    /// The request the runner got (absent when a stage ended the turn).
+    pub request: Option<RunRequest>,
+    /// The runner's collected events (absent when it did not run or failed).
+    pub run: Option<RunReply>,
+    /// Whether the turn failed (a stage or the runner returned an error).
+    pub failed: bool,
+    /// Everything that happened.
+    pub trace: Trace,
+}
+
+/// What [`Pipeline::prepare`] produced.
+#[derive(Debug)]
+pub enum Prepared {
+    /// The stages ran to the end; the runner gets this request.
+    Request(RunRequest, Trace),
+    /// A stage ended the turn.
+    Ended(TurnOutcome),
+}
+
+impl Pipeline {
+    /// A pipeline `id` running `stages` (name and stage, in order), then `runner`.
+    pub fn new(
+        id: impl Into<String>,
+        stages: Vec<(String, Box<dyn Stage>)>,
+        runner: (String, Box<dyn Runner>),
+        model: Arc<ModelProfile>,
+        system_prompt: Option<String>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            stages: stages
+                .into_iter()
+                .map(|(name, stage)| NamedStage { name, stage })
+                .collect(),
+            runner_name: runner.0,
+            runner: runner.1,
+            model,
+            system_prompt,
+        }
+    }
+
+    /// The pipeline id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Stage names in order.
+    pub fn stage_names(&self) -> impl Iterator<Item = &str> {
+        self.stages.iter().map(|s| s.name.as_str())
+    }
+
+    /// The runner's name.
+    pub fn runner_name(&self) -> &str {
+        &self.runner_name
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<ModelProfile> {
+        &self.model
+    }
+
+    /// Runs the stages over `turn` and builds the [`RunRequest`], without running the
+    /// runner. Sets the turn's pipeline id, model and (if unset) system prompt first.
+    pub async fn prepare(&self, mut turn: Turn) -> Prepared {
+        turn.ids.pipeline.clone_from(&self.id);
+        turn.model = Arc::clone(&self.model);
+        if turn.system_prompt.is_none() {
+            turn.system_prompt.clone_from(&self.system_prompt);
+        }
+        for s in &self.stages {
+            let started = Instant::now();
+            turn.trace.record(TraceEvent::StageStarted {
+                stage: s.name.clone(),
+            });
+            let result = s.stage.process(&mut turn).await;
+            let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let (outcome, end) = match result {
+                Ok(StageOutcome::Continue) => ("continue", None),
+                Ok(StageOutcome::Reply(text)) => ("reply", Some((text, false))),
+                Err(e) => {
+                    turn.trace.warn(format!("stage `{}` failed: {e}", s.name));
+                    let text = format!(
+                        "Sorry, this message could not be handled: stage `{}` failed: {e}",
+                        s.name
+                    );
+                    ("error", Some((text, true)))
+                }
+            };
+            turn.trace.record(TraceEvent::StageFinished {
+                stage: s.name.clone(),
+                outcome: outcome.into(),
+                elapsed_ms,
+            });
+            if let Some((reply, failed)) = end {
+                return Prepared::Ended(TurnOutcome {
+                    reply,
+                    ended_by: Some(s.name.clone()),
+                    request: None,
+                    run: None,
+                    failed,
+                    trace: std::mem::take(&mut turn.trace),
+                });
+            }
+        }
+        let request = RunRequest::from_turn(&mut turn);
+        Prepared::Request(request, std::mem::take(&mut turn.trace))
+    }
+
+    /// Runs one turn end to end. Never fails: errors become the reply, with
+    /// [`TurnOutcome::failed`] set and a trace record.
+    pub async fn run_turn(&self, turn: Turn) -> TurnOutcome {
+        let (request, mut trace) = match self.prepare(turn).await {
+            Prepared::Request(request, trace) => (request, trace),
+            Prepared::Ended(outcome) => return outcome,
+        };
+        let result = collect_reply(self.runner.as_ref(), &request).await;
+        let (reply, run, failed, error) = match result {
+            Ok(run) => (run.text.clone(), Some(run), false, None),
+            Err(e) => (
+                format!("Sorry, the runner `{}` failed: {e}", self.runner_name),
+                None,
+                true,
+                Some(e.to_string()),
+            ),
+        };
+        trace.record(TraceEvent::RunFinished {
+            runner: self.runner_name.clone(),
+            error,
+        });
+        TurnOutcome {
+            reply,
+            ended_by: None,
+            request: Some(request),
+            run,
+            failed,
+            trace,
+        }
+    }
+}

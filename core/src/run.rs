@@ -1,0 +1,192 @@
+//! The uniform request every runner takes, the events runners report, and the runner
+//! contract.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::context::ContextBlock;
+use crate::error::RunError;
+use crate::model::ModelProfile;
+use crate::tool::{ToolExecutor, ToolSpec};
+use crate::turn::{HistoryMessage, Turn, TurnIds, UserMessage};
+
+/// Everything a runner needs for one turn: the uniform context interface. Runners
+/// convert it into their own private wire types.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRequest {
+    /// Ids of the turn (a runner may use `conversation` to keep backend state).
+    pub ids: TurnIds,
+    /// System prompt.
+    pub system_prompt: Option<String>,
+    /// Earlier messages, oldest first.
+    pub history: Vec<HistoryMessage>,
+    /// The user's message.
+    pub message: UserMessage,
+    /// Context blocks, in the order the model should see them.
+    pub context: Vec<ContextBlock>,
+    /// The token budget the context was fitted into, if one was set.
+    pub context_budget: Option<usize>,
+    /// Tools offered to the model.
+    pub tools: Vec<ToolSpec>,
+    /// Executes the model's tool calls.
+    #[serde(skip)]
+    pub tool_executor: Option<Arc<dyn ToolExecutor>>,
+    /// The model.
+    pub model: ModelProfile,
+}
+
+impl RunRequest {
+    /// Moves the turn's prepared parts into a request.
+    pub fn from_turn(turn: &mut Turn) -> Self {
+        Self {
+            ids: turn.ids.clone(),
+            system_prompt: turn.system_prompt.clone(),
+            history: std::mem::take(&mut turn.history),
+            message: turn.message.clone(),
+            context: std::mem::take(&mut turn.context),
+            context_budget: turn.context_budget,
+            tools: std::mem::take(&mut turn.tools),
+            tool_executor: turn.tool_executor.clone(),
+            model: (*turn.model).clone(),
+        }
+    }
+
+    /// Tokens of all text context blocks as injected.
+    pub fn context_tokens(&self) -> usize {
+        self.context.iter().map(|b| b.tokens_after).sum()
+    }
+}
+
+/// Token usage reported by a backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    /// Input (prompt) tokens.
+    pub input_tokens: u64,
+    /// Output (completion) tokens.
+    pub output_tokens: u64,
+}
+
+/// What a runner reports while it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RunEvent {
+    /// A piece of the answer.
+    MessageDelta {
+        /// The text piece.
+        text: String,
+    },
+    /// The model called a tool.
+    ToolCallStarted {
+        /// Call id.
+        id: String,
+        /// Tool name as offered.
+        name: String,
+        /// Arguments.
+        arguments: serde_json::Value,
+    },
+    /// A tool call finished.
+    ToolCallFinished {
+        /// Call id.
+        id: String,
+        /// Tool name.
+        name: String,
+        /// Whether it failed.
+        is_error: bool,
+    },
+    /// The whole answer.
+    MessageCompleted {
+        /// The text.
+        text: String,
+    },
+    /// The run finished.
+    RunCompleted {
+        /// Usage, if the backend reports it.
+        usage: Option<TokenUsage>,
+    },
+    /// The run failed.
+    RunFailed {
+        /// The error.
+        error: String,
+    },
+}
+
+/// Where a runner sends its events. Cloneable; sending never fails from the runner's
+/// point of view (events for a receiver that went away are dropped).
+#[derive(Debug, Clone)]
+pub struct EventSink {
+    tx: mpsc::Sender<RunEvent>,
+}
+
+impl EventSink {
+    /// A sink and its receiver, holding up to `capacity` unread events (at least 1).
+    pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<RunEvent>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        (Self { tx }, rx)
+    }
+
+    /// Sends one event, waiting while the receiver is `capacity` events behind.
+    /// Cancel-safe.
+    pub async fn emit(&self, event: RunEvent) {
+        // A closed receiver means nobody listens any more; the runner just goes on.
+        let _ = self.tx.send(event).await;
+    }
+}
+
+/// Runs a prepared turn against some model backend.
+#[async_trait]
+pub trait Runner: Send + Sync {
+    /// Runs `request`, reporting progress to `events`. A successful run ends with
+    /// [`RunEvent::MessageCompleted`] and [`RunEvent::RunCompleted`].
+    ///
+    /// # Errors
+    /// [`RunError`] when the run cannot complete.
+    async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError>;
+}
+
+/// The collected result of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunReply {
+    /// The final message (the last `MessageCompleted`, else the joined deltas).
+    pub text: String,
+    /// Usage, if reported.
+    pub usage: Option<TokenUsage>,
+    /// Every event, in order.
+    pub events: Vec<RunEvent>,
+}
+
+/// Runs `runner` and collects its events into a [`RunReply`].
+///
+/// # Errors
+/// The runner's [`RunError`].
+pub async fn collect_reply(
+    runner: &dyn Runner,
+    request: &RunRequest,
+) -> Result<RunReply, RunError> {
+    let (sink, mut rx) = EventSink::channel(64);
+    let run = async move {
+        let result = runner.run(request, &sink).await;
+        drop(sink);
+        result
+    };
+    let collect = async {
+        let mut reply = RunReply::default();
+        let mut deltas = String::new();
+        let mut completed = None;
+        while let Some(event) = rx.recv().await {
+            match &event {
+                RunEvent::MessageDelta { text } => deltas.push_str(text),
+                RunEvent::MessageCompleted { text } => completed = Some(text.clone()),
+                RunEvent::RunCompleted { usage } => reply.usage = *usage,
+                _ => {}
+            }
+            reply.events.push(event);
+        }
+        reply.text = completed.unwrap_or(deltas);
+        reply
+    };
+    let (result, reply) = tokio::join!(run, collect);
+    result.map(|()| reply)
+}

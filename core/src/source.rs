@@ -1,0 +1,372 @@
+//! What stages may ask of MCP servers, in hostpipe's own types.
+//!
+//! The MCP crate (`hostpipe-mcp`) implements [`McpSource`] and converts the SDK's types
+//! to these at its edge. Field names follow the MCP specification (2025-11-25,
+//! "Server Features"): a [`Resource`] is what `resources/list` returns, a
+//! [`ResourceTemplate`] what `resources/templates/list` returns, and so on.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::SourceError;
+
+/// The connection state of one configured MCP server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ServerStatus {
+    /// The host is starting the connection.
+    Connecting,
+    /// Initialized and usable.
+    Connected,
+    /// The connection failed or was lost; `reason` says why (e.g. the OS error of a
+    /// command that does not exist, or a timeout).
+    Failed {
+        /// Human-readable cause.
+        reason: String,
+    },
+    /// `disabled: true` in the configuration; never started.
+    Disabled,
+}
+
+impl ServerStatus {
+    /// Whether requests can be sent.
+    pub fn is_connected(&self) -> bool {
+        matches!(self, Self::Connected)
+    }
+
+    /// A short description: `connected`, `failed: <reason>`, ...
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Connecting => "connecting".into(),
+            Self::Connected => "connected".into(),
+            Self::Failed { reason } => format!("failed: {reason}"),
+            Self::Disabled => "disabled".into(),
+        }
+    }
+}
+
+/// The capabilities a server declared in its `initialize` result
+/// (MCP spec 2025-11-25, "Lifecycle / Capability Negotiation").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerCapabilities {
+    /// `tools` is declared.
+    pub tools: bool,
+    /// `resources` is declared.
+    pub resources: bool,
+    /// `resources.subscribe` is true.
+    pub resources_subscribe: bool,
+    /// `resources.listChanged` is true.
+    pub resources_list_changed: bool,
+    /// `prompts` is declared.
+    pub prompts: bool,
+    /// `completions` is declared.
+    pub completions: bool,
+    /// `logging` is declared.
+    pub logging: bool,
+}
+
+/// How many items of each kind the host prefetched from a server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListCounts {
+    /// Tools.
+    pub tools: usize,
+    /// Static resources.
+    pub resources: usize,
+    /// Resource templates.
+    pub resource_templates: usize,
+    /// Prompts.
+    pub prompts: usize,
+}
+
+/// One configured server as the host sees it now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    /// The configured name (the key under `mcpServers`).
+    pub name: String,
+    /// Connection state.
+    pub status: ServerStatus,
+    /// Declared capabilities (all false until connected).
+    pub capabilities: ServerCapabilities,
+    /// Negotiated protocol version, e.g. `2025-11-25`.
+    pub protocol_version: Option<String>,
+    /// `serverInfo.name` and `serverInfo.version` as the server reported them.
+    pub implementation: Option<(String, String)>,
+    /// The server's `instructions`, if any.
+    pub instructions: Option<String>,
+    /// Prefetched list sizes.
+    pub counts: ListCounts,
+    /// Problems met while connecting or listing that did not fail the server (e.g. a
+    /// list cut at the page cap, a repeated pagination cursor).
+    pub warnings: Vec<String>,
+}
+
+/// Who a resource is meant for (MCP `Role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The human user.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// MCP annotations on a resource or template (spec 2025-11-25, "Resources / Annotations").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Annotations {
+    /// Intended audience; `["user"]` alone means never for the model.
+    pub audience: Option<Vec<Role>>,
+    /// 0.0 (least) to 1.0 (most important; effectively required).
+    pub priority: Option<f32>,
+    /// ISO 8601 timestamp, as sent (not parsed).
+    pub last_modified: Option<String>,
+}
+
+impl Annotations {
+    /// Whether the audience is given and excludes the model (`["user"]` only).
+    pub fn is_user_only(&self) -> bool {
+        self.audience
+            .as_ref()
+            .is_some_and(|a| !a.is_empty() && !a.contains(&Role::Assistant))
+    }
+}
+
+/// A resource as listed by `resources/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resource {
+    /// The resource URI.
+    pub uri: String,
+    /// Programmatic name.
+    pub name: String,
+    /// Display title.
+    pub title: Option<String>,
+    /// Description.
+    pub description: Option<String>,
+    /// MIME type, when the server gives one.
+    pub mime_type: Option<String>,
+    /// Size in bytes of the raw content, when the server gives it.
+    pub size: Option<u64>,
+    /// Annotations.
+    pub annotations: Option<Annotations>,
+}
+
+/// A resource template as listed by `resources/templates/list` (RFC 6570 URI template).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceTemplate {
+    /// The RFC 6570 URI template, e.g. `greeting://{name}`.
+    pub uri_template: String,
+    /// Programmatic name.
+    pub name: String,
+    /// Display title.
+    pub title: Option<String>,
+    /// Description.
+    pub description: Option<String>,
+    /// MIME type of every matching resource, when uniform.
+    pub mime_type: Option<String>,
+    /// Annotations.
+    pub annotations: Option<Annotations>,
+}
+
+/// One item of a `resources/read` result. Blobs are already decoded from base64 by the
+/// host: base64 never travels further than the MCP edge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ResourceContents {
+    /// `TextResourceContents`.
+    Text {
+        /// URI of this item (may differ from the one read, e.g. for directories).
+        uri: String,
+        /// MIME type, if given.
+        mime_type: Option<String>,
+        /// The text.
+        text: String,
+    },
+    /// `BlobResourceContents`, decoded.
+    Blob {
+        /// URI of this item.
+        uri: String,
+        /// MIME type, if given.
+        mime_type: Option<String>,
+        /// The decoded bytes.
+        #[serde(skip)]
+        data: Vec<u8>,
+    },
+}
+
+impl ResourceContents {
+    /// The item's URI.
+    pub fn uri(&self) -> &str {
+        match self {
+            Self::Text { uri, .. } | Self::Blob { uri, .. } => uri,
+        }
+    }
+
+    /// The item's MIME type.
+    pub fn mime_type(&self) -> Option<&str> {
+        match self {
+            Self::Text { mime_type, .. } | Self::Blob { mime_type, .. } => mime_type.as_deref(),
+        }
+    }
+
+    /// Size of the content in bytes (UTF-8 bytes for text, decoded bytes for blobs).
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Self::Text { text, .. } => text.len(),
+            Self::Blob { data, .. } => data.len(),
+        }
+    }
+}
+
+/// A tool as listed by `tools/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tool {
+    /// The server's own tool name.
+    pub name: String,
+    /// Display title.
+    pub title: Option<String>,
+    /// Description.
+    pub description: Option<String>,
+    /// JSON Schema of the arguments (a JSON object schema).
+    pub input_schema: serde_json::Value,
+}
+
+/// A prompt argument.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptArgument {
+    /// Argument name.
+    pub name: String,
+    /// Description.
+    pub description: Option<String>,
+    /// Whether it must be given.
+    pub required: bool,
+}
+
+/// A prompt as listed by `prompts/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// Prompt name.
+    pub name: String,
+    /// Display title.
+    pub title: Option<String>,
+    /// Description.
+    pub description: Option<String>,
+    /// Arguments.
+    pub arguments: Vec<PromptArgument>,
+}
+
+/// One content item of a `tools/call` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolContent {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image, decoded.
+    Image {
+        /// MIME type.
+        mime_type: String,
+        /// Decoded bytes.
+        #[serde(skip)]
+        data: Vec<u8>,
+    },
+    /// Audio, decoded.
+    Audio {
+        /// MIME type.
+        mime_type: String,
+        /// Decoded bytes.
+        #[serde(skip)]
+        data: Vec<u8>,
+    },
+    /// A link to a resource (not its contents).
+    ResourceLink {
+        /// The linked resource.
+        resource: Resource,
+    },
+    /// An embedded resource.
+    Resource {
+        /// Its contents.
+        contents: ResourceContents,
+    },
+}
+
+/// The result of `tools/call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallResult {
+    /// Unstructured content.
+    pub content: Vec<ToolContent>,
+    /// `structuredContent`, if any.
+    pub structured_content: Option<serde_json::Value>,
+    /// Whether the tool reported an error (`isError`).
+    pub is_error: bool,
+}
+
+/// Access to the configured MCP servers. Implemented by `hostpipe-mcp`'s host; tests and
+/// other hosts may implement it too.
+///
+/// Lists are what the host prefetched (the host follows `nextCursor` to the end);
+/// reads and tool calls go to the server, each with the host's request timeout.
+/// Every method is cancel-safe: dropping the future cancels the MCP request.
+#[async_trait]
+pub trait McpSource: Send + Sync {
+    /// Every configured server, sorted by name.
+    fn servers(&self) -> Vec<ServerInfo>;
+
+    /// One server by name, or `None` if it is not configured.
+    fn server(&self, name: &str) -> Option<ServerInfo> {
+        self.servers().into_iter().find(|s| s.name == name)
+    }
+
+    /// Static resources of `server`. Empty (not an error) when it does not declare the
+    /// `resources` capability.
+    ///
+    /// # Errors
+    /// [`SourceError::UnknownServer`], [`SourceError::Unavailable`].
+    async fn list_resources(&self, server: &str) -> Result<Arc<[Resource]>, SourceError>;
+
+    /// Resource templates of `server`; empty when it declares no `resources`.
+    ///
+    /// # Errors
+    /// As [`McpSource::list_resources`].
+    async fn list_resource_templates(
+        &self,
+        server: &str,
+    ) -> Result<Arc<[ResourceTemplate]>, SourceError>;
+
+    /// Tools of `server`; empty when it declares no `tools`.
+    ///
+    /// # Errors
+    /// As [`McpSource::list_resources`].
+    async fn list_tools(&self, server: &str) -> Result<Arc<[Tool]>, SourceError>;
+
+    /// Prompts of `server`; empty when it declares no `prompts`.
+    ///
+    /// # Errors
+    /// As [`McpSource::list_resources`].
+    async fn list_prompts(&self, server: &str) -> Result<Arc<[Prompt]>, SourceError>;
+
+    /// `resources/read` of `uri` on `server`.
+    ///
+    /// # Errors
+    /// [`SourceError::NotSupported`] if the server declares no `resources`;
+    /// [`SourceError::Timeout`], [`SourceError::Protocol`] (e.g. not found),
+    /// [`SourceError::Transport`], [`SourceError::InvalidResponse`].
+    async fn read_resource(
+        &self,
+        server: &str,
+        uri: &str,
+    ) -> Result<Vec<ResourceContents>, SourceError>;
+
+    /// `tools/call` of `tool` (the server's own name) with JSON object `arguments`.
+    ///
+    /// # Errors
+    /// As [`McpSource::read_resource`], for the `tools` capability.
+    async fn call_tool(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<ToolCallResult, SourceError>;
+}

@@ -1,0 +1,160 @@
+//! The per-turn trace: every resource read, every decision, every failure.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::{Scope, Treatment};
+
+/// One `resources/read` and what was done with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadRecord {
+    /// Server name.
+    pub server: String,
+    /// URI read (or the template, when expansion failed).
+    pub uri: String,
+    /// Attachment scope.
+    pub scope: Scope,
+    /// Content bytes received (text as UTF-8, blobs decoded).
+    pub bytes: usize,
+    /// Tokens before treatment.
+    pub tokens_before: usize,
+    /// Tokens injected.
+    pub tokens_after: usize,
+    /// What was done.
+    pub treatment: Treatment,
+    /// How long the read took, in milliseconds.
+    pub elapsed_ms: u64,
+    /// The error, if the read failed.
+    pub error: Option<String>,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum TraceEvent {
+    /// A stage started.
+    StageStarted {
+        /// Stage name.
+        stage: String,
+    },
+    /// A stage finished.
+    StageFinished {
+        /// Stage name.
+        stage: String,
+        /// `continue`, `reply` or `error`.
+        outcome: String,
+        /// Duration in milliseconds.
+        elapsed_ms: u64,
+    },
+    /// A bound server could not be used.
+    ServerUnavailable {
+        /// Server name.
+        server: String,
+        /// Why.
+        reason: String,
+        /// Whether the binding required it (then the turn ended).
+        required: bool,
+    },
+    /// A resource was read (or the read failed).
+    ResourceRead(ReadRecord),
+    /// Tools were assembled.
+    ToolsAssembled {
+        /// Tools offered, exploration tools included.
+        count: usize,
+        /// Tools dropped (e.g. a name collision or an invalid schema), with reasons.
+        dropped: Vec<String>,
+    },
+    /// Something worth knowing that did not stop the turn.
+    Warning {
+        /// What.
+        message: String,
+    },
+    /// The runner finished or failed.
+    RunFinished {
+        /// Runner name.
+        runner: String,
+        /// The error, if it failed.
+        error: Option<String>,
+    },
+}
+
+/// A trace event with the time it happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceRecord {
+    /// Milliseconds since the turn started.
+    pub at_ms: u64,
+    /// The event.
+    #[serde(flatten)]
+    pub event: TraceEvent,
+}
+
+/// The trace of one turn, in the order events were recorded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Trace {
+    #[serde(skip, default = "Instant::now")]
+    started: Instant,
+    records: Vec<TraceRecord>,
+}
+
+impl Default for Trace {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            records: Vec::new(),
+        }
+    }
+}
+
+impl Trace {
+    /// An empty trace starting now.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records `event`, and logs it through `tracing` (warnings at WARN, the rest at
+    /// DEBUG).
+    pub fn record(&mut self, event: TraceEvent) {
+        match &event {
+            TraceEvent::Warning { message } => tracing::warn!(%message, "turn warning"),
+            TraceEvent::ServerUnavailable {
+                server,
+                reason,
+                required,
+            } => {
+                tracing::warn!(%server, %reason, required, "bound MCP server unavailable")
+            }
+            TraceEvent::ResourceRead(r) if r.error.is_some() => {
+                tracing::warn!(server = %r.server, uri = %r.uri, error = ?r.error, "resource read failed")
+            }
+            other => tracing::debug!(event = ?other, "trace"),
+        }
+        let at_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.records.push(TraceRecord { at_ms, event });
+    }
+
+    /// Records a warning.
+    pub fn warn(&mut self, message: impl Into<String>) {
+        self.record(TraceEvent::Warning {
+            message: message.into(),
+        });
+    }
+
+    /// All records, oldest first.
+    pub fn records(&self) -> &[TraceRecord] {
+        &self.records
+    }
+
+    /// The resource reads, oldest first.
+    pub fn reads(&self) -> impl Iterator<Item = &ReadRecord> {
+        self.records.iter().filter_map(|r| match &r.event {
+            TraceEvent::ResourceRead(read) => Some(read),
+            _ => None,
+        })
+    }
+
+    /// Time since the turn started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+}

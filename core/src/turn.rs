@@ -1,0 +1,160 @@
+//! One incoming bot message and everything stages add to it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::{Attachment, ContextBlock};
+use crate::extensions::Extensions;
+use crate::model::ModelProfile;
+use crate::source::{Role, ServerStatus};
+use crate::tool::{ToolExecutor, ToolSpec};
+use crate::trace::Trace;
+
+/// The ids that place a turn.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnIds {
+    /// The bot, if the platform runs several.
+    pub bot: Option<String>,
+    /// The pipeline the turn runs through.
+    pub pipeline: String,
+    /// The conversation (chat, group, thread), if any.
+    pub conversation: Option<String>,
+    /// This message.
+    pub message: String,
+}
+
+/// The user's message.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserMessage {
+    /// The text.
+    pub text: String,
+}
+
+/// One earlier message of the conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryMessage {
+    /// Who said it.
+    pub role: Role,
+    /// What was said.
+    pub text: String,
+}
+
+/// User-visible string values of a turn (sender id, group id, values a user set), used
+/// for template arguments and, later, Dify `inputs`. Internal state never goes here:
+/// use [`Extensions`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Variables(BTreeMap<String, String>);
+
+impl Variables {
+    /// No variables.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `key` to `value`, returning the old value.
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) -> Option<String> {
+        self.0.insert(key.into(), value.into())
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    /// All variables, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// The names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Variables {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        Self(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+}
+
+/// A server the pipeline may use in this turn, as decided by `BindMcpServers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoundServer {
+    /// Server name.
+    pub name: String,
+    /// Whether the turn must end when it is down.
+    pub required: bool,
+    /// Its status when bound.
+    pub status: ServerStatus,
+}
+
+/// One incoming bot message on its way through a pipeline.
+#[derive(Debug, Default)]
+pub struct Turn {
+    /// Ids.
+    pub ids: TurnIds,
+    /// Who sent it (platform user id), if known.
+    pub sender: Option<String>,
+    /// The message.
+    pub message: UserMessage,
+    /// Earlier messages, oldest first.
+    pub history: Vec<HistoryMessage>,
+    /// User-visible variables.
+    pub variables: Variables,
+    /// Plugin-private data.
+    pub extensions: Extensions,
+    /// System prompt; the pipeline sets it from its configuration, stages may add to it.
+    pub system_prompt: Option<String>,
+    /// The model the turn is prepared for; the pipeline sets it.
+    pub model: Arc<ModelProfile>,
+    /// Attachments made for this turn by the platform or the user (message scope, and
+    /// conversation scope when the platform resolves pins).
+    pub attachments: Vec<Attachment>,
+    /// Servers bound for this turn.
+    pub bound_servers: Vec<BoundServer>,
+    /// Context collected for the model.
+    pub context: Vec<ContextBlock>,
+    /// The token budget the context was fitted into, when a stage set one.
+    pub context_budget: Option<usize>,
+    /// Tools offered to the model.
+    pub tools: Vec<ToolSpec>,
+    /// Executes the model's tool calls; set by the tool-assembly stage.
+    pub tool_executor: Option<Arc<dyn ToolExecutor>>,
+    /// What happened.
+    pub trace: Trace,
+}
+
+impl Turn {
+    /// A turn carrying `text` for pipeline `pipeline`, with a fresh trace.
+    pub fn new(pipeline: impl Into<String>, text: impl Into<String>) -> Self {
+        Self {
+            ids: TurnIds {
+                pipeline: pipeline.into(),
+                ..TurnIds::default()
+            },
+            message: UserMessage { text: text.into() },
+            ..Self::default()
+        }
+    }
+
+    /// Names of the bound servers that are connected, in binding order.
+    pub fn connected_servers(&self) -> impl Iterator<Item = &str> {
+        self.bound_servers
+            .iter()
+            .filter(|b| b.status.is_connected())
+            .map(|b| b.name.as_str())
+    }
+
+    /// Whether `server` is bound for this turn (whatever its status).
+    pub fn is_bound(&self, server: &str) -> bool {
+        self.bound_servers.iter().any(|b| b.name == server)
+    }
+}

@@ -1,0 +1,292 @@
+//! MCP server configuration: the standard `mcpServers` JSON that Claude Desktop, Cursor
+//! and VS Code users already have, and the same entries inline in hostpipe's TOML.
+//!
+//! ```json
+//! { "mcpServers": {
+//!     "everything": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"] },
+//!     "remote":     { "url": "https://example.com/mcp", "headers": { "Authorization": "Bearer …" } },
+//!     "off":        { "command": "x", "disabled": true } } }
+//! ```
+//!
+//! VS Code's `{"servers": {…}}` with `"type": "stdio" | "http"` is accepted too.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hostpipe_core::ConfigError;
+use serde::Deserialize;
+
+/// One entry as written in a config file. Unknown keys are kept in `other` and reported
+/// as warnings, since other clients add their own (`autoApprove`, `description`, …).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawServerEntry {
+    /// `stdio`, `http` / `streamable-http` / `streamableHttp`; inferred when absent.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// stdio: the program.
+    pub command: Option<String>,
+    /// stdio: its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// stdio: extra environment variables (the child inherits hostpipe's environment).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// stdio: working directory.
+    pub cwd: Option<PathBuf>,
+    /// streamable HTTP: the endpoint URL.
+    pub url: Option<String>,
+    /// streamable HTTP: extra request headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Never start this server.
+    #[serde(default)]
+    pub disabled: bool,
+    /// hostpipe: connect (spawn + `initialize`) timeout in milliseconds.
+    #[serde(alias = "connect_timeout_ms")]
+    pub connect_timeout_ms: Option<u64>,
+    /// hostpipe: timeout of each request in milliseconds.
+    #[serde(alias = "request_timeout_ms")]
+    pub request_timeout_ms: Option<u64>,
+    /// Keys hostpipe does not know.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
+/// How to reach a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportConfig {
+    /// A child process speaking newline-delimited JSON-RPC on stdin/stdout
+    /// (MCP spec 2025-11-25, "Transports / stdio").
+    Stdio {
+        /// Program.
+        command: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// Extra environment.
+        env: BTreeMap<String, String>,
+        /// Working directory.
+        cwd: Option<PathBuf>,
+    },
+    /// Streamable HTTP (MCP spec 2025-11-25, "Transports / Streamable HTTP").
+    StreamableHttp {
+        /// Endpoint URL, `http://` or `https://`.
+        url: String,
+        /// Extra headers.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// A validated server configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The configured name.
+    pub name: String,
+    /// Transport.
+    pub transport: TransportConfig,
+    /// Whether it is disabled.
+    pub disabled: bool,
+    /// Connect timeout override.
+    pub connect_timeout: Option<Duration>,
+    /// Request timeout override.
+    pub request_timeout: Option<Duration>,
+    /// Unknown keys that were ignored, for warnings.
+    pub ignored_keys: Vec<String>,
+}
+
+impl ServerConfig {
+    /// A stdio server.
+    pub fn stdio(
+        name: impl Into<String>,
+        command: impl Into<String>,
+        args: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            transport: TransportConfig::Stdio {
+                command: command.into(),
+                args: args.into_iter().map(Into::into).collect(),
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+            disabled: false,
+            connect_timeout: None,
+            request_timeout: None,
+            ignored_keys: Vec::new(),
+        }
+    }
+
+    /// A streamable HTTP server.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            transport: TransportConfig::StreamableHttp {
+                url: url.into(),
+                headers: BTreeMap::new(),
+            },
+            disabled: false,
+            connect_timeout: None,
+            request_timeout: None,
+            ignored_keys: Vec::new(),
+        }
+    }
+
+    /// Validates one entry named `name`. Error keys are relative to the entry.
+    ///
+    /// # Errors
+    /// [`ConfigError`] when neither or both of `command` and `url` are given, the `type`
+    /// is unknown or unsupported (legacy `sse`), or the URL is not `http(s)://`.
+    pub fn from_entry(name: &str, raw: RawServerEntry) -> Result<Self, ConfigError> {
+        if name.is_empty() {
+            return Err(ConfigError::new("", "a server name must not be empty"));
+        }
+        let kind = raw.kind.as_deref().map(str::to_ascii_lowercase);
+        let transport = match (kind.as_deref(), raw.command, raw.url) {
+            (Some("sse"), _, _) => {
+                return Err(ConfigError::new(
+                    "type",
+                    "the legacy HTTP+SSE transport (MCP 2024-11-05) is not supported; use the server's streamable HTTP endpoint (`\"type\": \"http\"`)",
+                ));
+            }
+            (None | Some("stdio"), Some(command), None) => {
+                if command.trim().is_empty() {
+                    return Err(ConfigError::new("command", "must not be empty"));
+                }
+                TransportConfig::Stdio {
+                    command,
+                    args: raw.args,
+                    env: raw.env,
+                    cwd: raw.cwd,
+                }
+            }
+            (None | Some("http" | "streamable-http" | "streamablehttp"), None, Some(url)) => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(ConfigError::new(
+                        "url",
+                        format!("`{url}` is not an http:// or https:// URL"),
+                    ));
+                }
+                TransportConfig::StreamableHttp {
+                    url,
+                    headers: raw.headers,
+                }
+            }
+            (Some(k @ ("stdio" | "http" | "streamable-http" | "streamablehttp")), _, _) => {
+                let need = if k == "stdio" {
+                    "`command` (and no `url`)"
+                } else {
+                    "`url` (and no `command`)"
+                };
+                return Err(ConfigError::new("", format!("type `{k}` needs {need}")));
+            }
+            (Some(k), _, _) => {
+                return Err(ConfigError::new(
+                    "type",
+                    format!("unknown transport type `{k}`; use `stdio` or `http`"),
+                ));
+            }
+            (None, Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "",
+                    "give either `command` (stdio) or `url` (streamable HTTP), not both",
+                ));
+            }
+            (None, None, None) => {
+                return Err(ConfigError::new(
+                    "",
+                    "give `command` (stdio) or `url` (streamable HTTP)",
+                ));
+            }
+        };
+        Ok(Self {
+            name: name.to_owned(),
+            transport,
+            disabled: raw.disabled,
+            connect_timeout: raw.connect_timeout_ms.map(Duration::from_millis),
+            request_timeout: raw.request_timeout_ms.map(Duration::from_millis),
+            ignored_keys: raw.other.into_keys().collect(),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct McpServersFile {
+    mcp_servers: Option<BTreeMap<String, RawServerEntry>>,
+    servers: Option<BTreeMap<String, RawServerEntry>>,
+}
+
+/// Parses a standard `mcpServers` JSON document (or VS Code's `servers`). Error keys are
+/// `mcpServers.NAME.KEY`; the caller adds the file name.
+///
+/// # Errors
+/// [`ConfigError`] for invalid JSON (with line and column), a document with neither
+/// key, or an invalid entry.
+pub fn parse_mcp_servers_json(text: &str) -> Result<Vec<ServerConfig>, ConfigError> {
+    let file: McpServersFile = serde_json::from_str(text).map_err(|e| {
+        ConfigError::new(
+            "",
+            format!(
+                "invalid JSON at line {}, column {}: {e}",
+                e.line(),
+                e.column()
+            ),
+        )
+    })?;
+    let (key, entries) = match (file.mcp_servers, file.servers) {
+        (Some(m), _) => ("mcpServers", m),
+        (None, Some(s)) => ("servers", s),
+        (None, None) => {
+            return Err(ConfigError::new(
+                "",
+                "expected an object with an `mcpServers` (or VS Code `servers`) key",
+            ));
+        }
+    };
+    entries
+        .into_iter()
+        .map(|(name, raw)| {
+            ServerConfig::from_entry(&name, raw).map_err(|e| e.under(&format!("{key}.{name}")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_claude_desktop_shape() {
+        let text = r#"{"mcpServers": {
+            "fs": {"command": "npx", "args": ["-y", "pkg"], "env": {"A": "1"}, "autoApprove": []},
+            "web": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer t"}},
+            "off": {"command": "x", "disabled": true}}}"#;
+        let servers = parse_mcp_servers_json(text).unwrap_or_default();
+        assert_eq!(servers.len(), 3);
+        assert_eq!(servers[0].name, "fs");
+        assert_eq!(servers[0].ignored_keys, ["autoApprove"]);
+        assert!(servers[1].disabled);
+        assert!(
+            matches!(&servers[2].transport, TransportConfig::StreamableHttp { url, .. } if url == "https://example.com/mcp")
+        );
+    }
+
+    #[test]
+    fn vs_code_shape_and_errors_name_the_key() {
+        let ok = parse_mcp_servers_json(r#"{"servers": {"a": {"type": "stdio", "command": "x"}}}"#);
+        assert_eq!(ok.map(|v| v.len()), Ok(1));
+        let err = parse_mcp_servers_json(r#"{"mcpServers": {"bad": {"url": "ftp://x"}}}"#).err();
+        assert_eq!(
+            err.map(|e| e.to_string()).as_deref(),
+            Some("mcpServers.bad.url: `ftp://x` is not an http:// or https:// URL")
+        );
+        let err = parse_mcp_servers_json(
+            r#"{"mcpServers": {"old": {"type": "sse", "url": "http://x"}}}"#,
+        )
+        .err();
+        assert!(err.is_some_and(|e| e.key == "mcpServers.old.type"));
+        let err = parse_mcp_servers_json("{\"mcpServers\": ").err();
+        assert!(err.is_some_and(|e| e.message.starts_with("invalid JSON at line 1")));
+    }
+}

@@ -1,0 +1,214 @@
+//! Conversions from rmcp's model types to hostpipe's, at the edge of this crate.
+
+use base64::Engine as _;
+use hostpipe_core::{
+    Annotations, Prompt, PromptArgument, Resource, ResourceContents, ResourceTemplate, Role,
+    ServerCapabilities, SourceError, Tool, ToolCallResult, ToolContent,
+};
+use rmcp::model as m;
+
+pub(crate) fn capabilities(c: &m::ServerCapabilities) -> ServerCapabilities {
+    ServerCapabilities {
+        tools: c.tools.is_some(),
+        resources: c.resources.is_some(),
+        resources_subscribe: c
+            .resources
+            .as_ref()
+            .and_then(|r| r.subscribe)
+            .unwrap_or(false),
+        resources_list_changed: c
+            .resources
+            .as_ref()
+            .and_then(|r| r.list_changed)
+            .unwrap_or(false),
+        prompts: c.prompts.is_some(),
+        completions: c.completions.is_some(),
+        logging: c.logging.is_some(),
+    }
+}
+
+fn annotations(a: Option<m::Annotations>) -> Option<Annotations> {
+    a.map(|a| Annotations {
+        audience: a.audience.map(|roles| {
+            roles
+                .into_iter()
+                .map(|r| match r {
+                    m::Role::User => Role::User,
+                    _ => Role::Assistant,
+                })
+                .collect()
+        }),
+        priority: a.priority,
+        last_modified: a.last_modified,
+    })
+}
+
+pub(crate) fn resource(r: m::Resource) -> Resource {
+    Resource {
+        uri: r.uri,
+        name: r.name,
+        title: r.title,
+        description: r.description,
+        mime_type: r.mime_type,
+        size: r.size,
+        annotations: annotations(r.annotations),
+    }
+}
+
+pub(crate) fn resource_template(t: m::ResourceTemplate) -> ResourceTemplate {
+    ResourceTemplate {
+        uri_template: t.uri_template,
+        name: t.name,
+        title: t.title,
+        description: t.description,
+        mime_type: t.mime_type,
+        annotations: annotations(t.annotations),
+    }
+}
+
+pub(crate) fn tool(t: m::Tool) -> Tool {
+    Tool {
+        name: t.name.into_owned(),
+        title: t.title,
+        description: t.description.map(|d| d.into_owned()),
+        input_schema: serde_json::Value::Object((*t.input_schema).clone()),
+    }
+}
+
+pub(crate) fn prompt(p: m::Prompt) -> Prompt {
+    Prompt {
+        name: p.name,
+        title: p.title,
+        description: p.description,
+        arguments: p
+            .arguments
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| PromptArgument {
+                name: a.name,
+                description: a.description,
+                required: a.required.unwrap_or(false),
+            })
+            .collect(),
+    }
+}
+
+fn decode_base64(
+    server: &str,
+    operation: &str,
+    what: &str,
+    data: &str,
+) -> Result<Vec<u8>, SourceError> {
+    base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| SourceError::InvalidResponse {
+            server: server.to_owned(),
+            operation: operation.to_owned(),
+            message: format!("{what} is not valid base64: {e}"),
+        })
+}
+
+pub(crate) fn contents(
+    server: &str,
+    c: m::ResourceContents,
+) -> Result<ResourceContents, SourceError> {
+    Ok(match c {
+        m::ResourceContents::TextResourceContents {
+            uri,
+            mime_type,
+            text,
+            ..
+        } => ResourceContents::Text {
+            uri,
+            mime_type,
+            text,
+        },
+        m::ResourceContents::BlobResourceContents {
+            uri,
+            mime_type,
+            blob,
+            ..
+        } => {
+            let data = decode_base64(server, "resources/read", &format!("blob of `{uri}`"), &blob)?;
+            ResourceContents::Blob {
+                uri,
+                mime_type,
+                data,
+            }
+        }
+        other => {
+            return Err(SourceError::InvalidResponse {
+                server: server.to_owned(),
+                operation: "resources/read".into(),
+                message: format!("unsupported resource contents: {other:?}"),
+            });
+        }
+    })
+}
+
+pub(crate) fn tool_result(
+    server: &str,
+    r: m::CallToolResult,
+) -> Result<ToolCallResult, SourceError> {
+    let op = "tools/call";
+    let mut content = Vec::with_capacity(r.content.len());
+    for block in r.content {
+        content.push(match block {
+            m::ContentBlock::Text(t) => ToolContent::Text { text: t.text },
+            m::ContentBlock::Image(i) => ToolContent::Image {
+                data: decode_base64(server, op, "image data", &i.data)?,
+                mime_type: i.mime_type,
+            },
+            m::ContentBlock::Audio(a) => ToolContent::Audio {
+                data: decode_base64(server, op, "audio data", &a.data)?,
+                mime_type: a.mime_type,
+            },
+            m::ContentBlock::ResourceLink(r) => ToolContent::ResourceLink {
+                resource: resource(r),
+            },
+            m::ContentBlock::Resource(e) => ToolContent::Resource {
+                contents: contents(server, e.resource)?,
+            },
+            other => {
+                return Err(SourceError::InvalidResponse {
+                    server: server.to_owned(),
+                    operation: op.into(),
+                    message: format!("unsupported content block: {other:?}"),
+                });
+            }
+        });
+    }
+    Ok(ToolCallResult {
+        content,
+        structured_content: r.structured_content,
+        is_error: r.is_error.unwrap_or(false),
+    })
+}
+
+pub(crate) fn service_error(server: &str, operation: &str, e: rmcp::ServiceError) -> SourceError {
+    let server = server.to_owned();
+    let operation = operation.to_owned();
+    match e {
+        rmcp::ServiceError::McpError(data) => SourceError::Protocol {
+            server,
+            operation,
+            code: data.code.0,
+            message: data.message.into_owned(),
+        },
+        rmcp::ServiceError::Timeout { timeout } => SourceError::Timeout {
+            server,
+            operation,
+            timeout,
+        },
+        rmcp::ServiceError::UnexpectedResponse => SourceError::InvalidResponse {
+            server,
+            operation,
+            message: "the result does not have the shape this method requires".into(),
+        },
+        other => SourceError::Transport {
+            server,
+            operation,
+            source: Box::new(other),
+        },
+    }
+}

@@ -1,0 +1,290 @@
+//! The preview runner: renders the request as the model would receive it.
+
+use std::fmt::Write as _;
+
+use async_trait::async_trait;
+use hostpipe_core::{
+    BlockBody, BuildContext, ConfigError, ContextBlock, EventSink, RunError, RunEvent, RunRequest,
+    Runner, Treatment, TruncationSide,
+};
+use serde::{Deserialize, Serialize};
+
+/// Output format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreviewFormat {
+    /// Readable text.
+    #[default]
+    Text,
+    /// One JSON document ([`PreviewReport`]).
+    Json,
+}
+
+/// Config section `[pipelines.ID.runner_config]` for `preview`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PreviewConfig {
+    /// Output format.
+    pub format: PreviewFormat,
+}
+
+/// One context block in the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreviewBlock {
+    /// Server.
+    pub server: String,
+    /// URI.
+    pub uri: String,
+    /// Template, if the block came from one.
+    pub template: Option<String>,
+    /// `pipeline`, `conversation` or `message`.
+    pub scope: String,
+    /// MIME type.
+    pub mime_type: Option<String>,
+    /// Treatment.
+    pub treatment: Treatment,
+    /// Tokens before treatment.
+    pub tokens_before: usize,
+    /// Tokens injected.
+    pub tokens_after: usize,
+    /// The text the model sees (text or fallback note); absent for images.
+    pub text: Option<String>,
+    /// For images: `WIDTHxHEIGHT` pixels and bytes.
+    pub image: Option<(u32, u32, usize)>,
+}
+
+/// One tool in the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreviewTool {
+    /// Name offered to the model.
+    pub name: String,
+    /// Description.
+    pub description: String,
+}
+
+/// Token totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviewBudget {
+    /// The context budget, if one was set.
+    pub budget_tokens: Option<usize>,
+    /// Tokens injected by context blocks.
+    pub used_tokens: usize,
+}
+
+/// What the preview shows, as data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreviewReport {
+    /// Model name.
+    pub model: String,
+    /// System prompt.
+    pub system_prompt: Option<String>,
+    /// Context blocks in order.
+    pub context: Vec<PreviewBlock>,
+    /// Tools.
+    pub tools: Vec<PreviewTool>,
+    /// The user's message.
+    pub message: String,
+    /// Budget totals.
+    pub budget: PreviewBudget,
+}
+
+impl PreviewReport {
+    /// The report for `request`.
+    pub fn new(request: &RunRequest) -> Self {
+        Self {
+            model: request.model.name.clone(),
+            system_prompt: request.system_prompt.clone(),
+            context: request.context.iter().map(block).collect(),
+            tools: request
+                .tools
+                .iter()
+                .map(|t| PreviewTool {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                })
+                .collect(),
+            message: request.message.text.clone(),
+            budget: PreviewBudget {
+                budget_tokens: request.context_budget,
+                used_tokens: request.context_tokens(),
+            },
+        }
+    }
+
+    /// The readable rendering: system prompt, each context block inside a
+    /// `<resource …>` element with its provenance, tools, the user message, then a
+    /// budget table.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "== model: {}", self.model);
+        if let Some(s) = &self.system_prompt {
+            let _ = writeln!(out, "\n== system\n{s}");
+        }
+        let _ = writeln!(out, "\n== context ({} blocks)", self.context.len());
+        for b in &self.context {
+            let _ = writeln!(
+                out,
+                "<resource server=\"{}\" uri=\"{}\" scope=\"{}\"{} treatment=\"{}\">",
+                b.server,
+                b.uri,
+                b.scope,
+                b.mime_type
+                    .as_deref()
+                    .map(|m| format!(" mime=\"{m}\""))
+                    .unwrap_or_default(),
+                treatment_label(&b.treatment)
+            );
+            match (&b.text, b.image) {
+                (Some(text), _) => {
+                    out.push_str(text);
+                    if !text.ends_with('\n') {
+                        out.push('\n');
+                    }
+                }
+                (None, Some((w, h, bytes))) => {
+                    let _ = writeln!(
+                        out,
+                        "[image {w}×{h} px, {bytes} bytes, sent as an image part]"
+                    );
+                }
+                (None, None) => {}
+            }
+            out.push_str("</resource>\n");
+        }
+        let _ = writeln!(out, "\n== tools ({})", self.tools.len());
+        for t in &self.tools {
+            let _ = writeln!(out, "- {}: {}", t.name, first_line(&t.description));
+        }
+        let _ = writeln!(out, "\n== user\n{}", self.message);
+        let _ = writeln!(out, "\n== budget");
+        let width = self
+            .context
+            .iter()
+            .map(|b| b.uri.chars().count())
+            .max()
+            .unwrap_or(0)
+            .clamp(8, 60);
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<22}  {:>7}  {:>7}",
+            "resource", "treatment", "before", "after"
+        );
+        for b in &self.context {
+            let uri: String = b.uri.chars().take(width).collect();
+            let _ = writeln!(
+                out,
+                "{uri:<width$}  {:<22}  {:>7}  {:>7}",
+                treatment_label(&b.treatment),
+                b.tokens_before,
+                b.tokens_after
+            );
+        }
+        let budget = self
+            .budget
+            .budget_tokens
+            .map_or_else(|| "no budget".to_owned(), |b| format!("{b} tokens"));
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<22}  {:>7}  {:>7} of {budget}",
+            "total", "", "", self.budget.used_tokens
+        );
+        out
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn treatment_label(t: &Treatment) -> String {
+    match t {
+        Treatment::Whole => "whole".into(),
+        Treatment::Truncated {
+            side,
+            omitted_tokens,
+        } => {
+            let side = match side {
+                TruncationSide::Head => "head",
+                TruncationSide::Tail => "tail",
+                TruncationSide::HeadTail => "head+tail",
+            };
+            format!("truncated {side} -{omitted_tokens}")
+        }
+        Treatment::Chunked { kept, total } => format!("chunked {kept}/{total}"),
+        Treatment::Summarized => "summarized".into(),
+        Treatment::Omitted => "fallback".into(),
+    }
+}
+
+fn block(b: &ContextBlock) -> PreviewBlock {
+    PreviewBlock {
+        server: b.source.server.clone(),
+        uri: b.source.uri.clone(),
+        template: b.source.template.as_ref().map(|t| t.uri_template.clone()),
+        scope: b.source.scope.as_str().into(),
+        mime_type: b.mime_type.clone(),
+        treatment: b.treatment.clone(),
+        tokens_before: b.tokens_before,
+        tokens_after: b.tokens_after,
+        text: b.text().map(str::to_owned),
+        image: match &b.body {
+            BlockBody::Image {
+                data,
+                width,
+                height,
+                ..
+            } => Some((*width, *height, data.len())),
+            _ => None,
+        },
+    }
+}
+
+/// Shows the request instead of calling a model.
+#[derive(Debug, Clone, Default)]
+pub struct PreviewRunner {
+    config: PreviewConfig,
+}
+
+impl PreviewRunner {
+    /// The name this runner is registered under.
+    pub const NAME: &'static str = "preview";
+
+    /// A preview runner with `config`.
+    pub fn new(config: PreviewConfig) -> Self {
+        Self { config }
+    }
+}
+
+#[async_trait]
+impl Runner for PreviewRunner {
+    async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
+        let report = PreviewReport::new(request);
+        let text = match self.config.format {
+            PreviewFormat::Text => report.render_text(),
+            PreviewFormat::Json => {
+                serde_json::to_string_pretty(&report).map_err(|e| RunError::Backend {
+                    message: "cannot serialize the preview".into(),
+                    source: Some(Box::new(e)),
+                })?
+            }
+        };
+        events.emit(RunEvent::MessageCompleted { text }).await;
+        events.emit(RunEvent::RunCompleted { usage: None }).await;
+        Ok(())
+    }
+}
+
+fn build(section: &serde_json::Value, _: &BuildContext) -> Result<Box<dyn Runner>, ConfigError> {
+    let config = if section.is_null() {
+        PreviewConfig::default()
+    } else {
+        PreviewConfig::deserialize(section).map_err(|e| ConfigError::new("", e.to_string()))?
+    };
+    Ok(Box::new(PreviewRunner::new(config)))
+}
+
+hostpipe_core::submit_runner! {
+    name: PreviewRunner::NAME,
+    description: "Shows the request as the model would receive it, with a budget report.",
+    build: build,
+}

@@ -1,0 +1,31 @@
+//! hostpipe's built-in stages.
+//!
+//! - [`BindMcpServers`] (`bind_mcp_servers`): which MCP servers the pipeline may use;
+//!   a required server that is down ends the turn with a reply.
+//! - [`ResourceContextInjection`] (`resource_context_injection`): reads the attached
+//!   resources (static URIs or RFC 6570 templates, see [`uri_template`]), converts them
+//!   by MIME type ([`convert`]) and fits them into the token budget.
+//! - [`ToolAssembly`] (`tool_assembly`): the bound servers' tools, namespaced, plus the
+//!   exploration tools `list_resources` and `read_resource`, and the [`BoundTools`]
+//!   executor that refuses servers not bound for the turn.
+//!
+//! Each stage registers itself with [`hostpipe_core::submit_stage!`]; its config
+//! section is a typed struct that rejects unknown keys.
+
+mod bind;
+pub mod config;
+pub mod convert;
+mod inject;
+mod tools;
+pub mod uri_template;
+
+pub use bind::{BindConfig, BindMcpServers, Binding};
+pub use inject::{AttachmentConfig, InjectConfig, ResourceContextInjection};
+pub use tools::{
+    BoundTools, LIST_RESOURCES, MAX_TOOL_NAME_LEN, READ_RESOURCE, ToolAssembly, ToolAssemblyConfig,
+    namespaced_name,
+};
+
+/// Makes sure the linker keeps this crate's registrations: call it (it does nothing)
+/// from a binary that uses the registry.
+pub fn link() {}
