@@ -1,1 +1,109 @@
-//! Shared helpers for the end-to-end tests.
+//! Shared helpers for hostpipe's end-to-end tests: where the real peers live (installed
+//! by `tests/run.sh`), and how to connect to them.
+#![allow(clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hostpipe_mcp::{HostOptions, McpHost, ServerConfig};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+fn require(path: PathBuf, what: &str) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{what} not found at {}: run `bash tests/run.sh` (it installs the pinned npm and Python peers)",
+        path.display()
+    );
+    path
+}
+
+/// The `hostpipe` binary of this build (`HOSTPIPE_BIN` overrides).
+pub fn hostpipe_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("HOSTPIPE_BIN") {
+        return PathBuf::from(p);
+    }
+    // target/<profile>/deps/e2e-HASH → target/<profile>/hostpipe
+    let exe = std::env::current_exe().expect("current test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    require(
+        dir.join("hostpipe"),
+        "the hostpipe binary (cargo build --bin hostpipe)",
+    )
+}
+
+fn node_package(package: &str) -> PathBuf {
+    require(
+        root()
+            .join("tests/node_modules/@modelcontextprotocol")
+            .join(package)
+            .join("dist/index.js"),
+        &format!("@modelcontextprotocol/{package}"),
+    )
+}
+
+/// `@modelcontextprotocol/server-everything` (pinned in tests/package-lock.json), stdio.
+pub fn everything(name: &str) -> ServerConfig {
+    ServerConfig::stdio(
+        name,
+        "node",
+        [
+            node_package("server-everything").display().to_string(),
+            "stdio".into(),
+        ],
+    )
+}
+
+/// `@modelcontextprotocol/server-filesystem` serving `dir`, stdio.
+pub fn filesystem(name: &str, dir: &Path) -> ServerConfig {
+    ServerConfig::stdio(
+        name,
+        "node",
+        [
+            node_package("server-filesystem").display().to_string(),
+            dir.display().to_string(),
+        ],
+    )
+}
+
+/// A server from `tests/servers/` run with the pinned Python SDK (`mcp`), stdio.
+pub fn python(name: &str, script: &str) -> ServerConfig {
+    let python = require(
+        root().join("tests/.venv/bin/python"),
+        "the Python peers' venv",
+    );
+    let script = require(root().join("tests/servers").join(script), script);
+    ServerConfig::stdio(
+        name,
+        python.display().to_string(),
+        [script.display().to_string()],
+    )
+}
+
+/// hostpipe's own demo server, spawned from the built binary.
+pub fn demo(name: &str) -> ServerConfig {
+    ServerConfig::stdio(name, hostpipe_bin().display().to_string(), ["demo-server"])
+}
+
+/// A host for `servers`, connected. Timeouts are generous for a loaded CI machine but
+/// bounded, so a broken peer fails the test instead of hanging it.
+pub async fn connect(servers: Vec<ServerConfig>) -> Arc<McpHost> {
+    let options = HostOptions {
+        connect_timeout: Duration::from_secs(60),
+        request_timeout: Duration::from_secs(30),
+        ..HostOptions::default()
+    };
+    let host = Arc::new(McpHost::new(servers, options));
+    host.connect_all().await;
+    host
+}

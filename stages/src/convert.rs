@@ -1,9 +1,10 @@
 //! Turning `resources/read` contents into something a model may see, by MIME type.
 //!
 //! Rules:
-//! - text contents are text;
-//! - a blob with a textual MIME type (`text/*`, JSON, XML, YAML, TOML, JavaScript,
-//!   `+json`/`+xml` suffixes) that is valid UTF-8 is text;
+//! - text contents (`TextResourceContents`) are text;
+//! - a blob (`BlobResourceContents`) is never decoded into text, whatever its MIME type:
+//!   the server chose a binary encoding, so the model gets a note instead (a server
+//!   that means text sends `text`);
 //! - an image blob becomes an image only for a model with vision, within its pixel and
 //!   byte limits; otherwise a fallback note with its type, size and dimensions;
 //! - any other blob becomes a fallback note. Base64 or raw bytes never reach text.
@@ -35,33 +36,6 @@ pub enum Converted {
     },
 }
 
-/// Whether `mime` names textual content.
-pub fn is_textual(mime: &str) -> bool {
-    let essence = mime
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    essence.starts_with("text/")
-        || essence.ends_with("+json")
-        || essence.ends_with("+xml")
-        || matches!(
-            essence.as_str(),
-            "application/json"
-                | "application/xml"
-                | "application/yaml"
-                | "application/x-yaml"
-                | "application/toml"
-                | "application/javascript"
-                | "application/ecmascript"
-                | "application/x-sh"
-                | "application/sql"
-                | "application/graphql"
-                | "application/x-ndjson"
-        )
-}
-
 /// Converts one content item for `model`.
 pub fn convert(contents: ResourceContents, model: &ModelProfile) -> Converted {
     match contents {
@@ -72,18 +46,6 @@ pub fn convert(contents: ResourceContents, model: &ModelProfile) -> Converted {
             data,
         } => {
             let mime = mime_type.unwrap_or_else(|| "application/octet-stream".into());
-            if is_textual(&mime) {
-                return match String::from_utf8(data) {
-                    Ok(text) => Converted::Text(text),
-                    Err(e) => Converted::Fallback {
-                        reason: FallbackReason::Binary,
-                        note: format!(
-                            "[resource {uri} ({mime}, {} bytes) not shown: declared as text but not valid UTF-8]",
-                            e.as_bytes().len()
-                        ),
-                    },
-                };
-            }
             if mime.to_ascii_lowercase().starts_with("image/") {
                 return image(uri, mime, data, model);
             }
@@ -177,12 +139,18 @@ mod tests {
     }
 
     #[test]
-    fn textual_blobs_become_text() {
+    fn text_blobs_are_not_decoded() {
         let c = convert(
-            blob("application/json; charset=utf-8", b"{\"a\":1}".to_vec()),
+            blob("text/plain", b"hello".to_vec()),
             &ModelProfile::default(),
         );
-        assert_eq!(c, Converted::Text("{\"a\":1}".into()));
+        assert_eq!(
+            c,
+            Converted::Fallback {
+                reason: FallbackReason::Binary,
+                note: "[binary resource x://b (text/plain, 5 bytes) not shown]".into()
+            }
+        );
     }
 
     #[test]

@@ -324,7 +324,16 @@ where
         let params = cursor
             .clone()
             .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-        let (mut batch, next) = timed(slot, method, timeout, page(params)).await?;
+        let (mut batch, next) = match timed(slot, method, timeout, page(params)).await {
+            Ok(page) => page,
+            // A server that declares the capability but not this list method (e.g. a
+            // low-level Python SDK server without templates) simply has none.
+            Err(SourceError::Protocol { code: -32601, .. }) if cursor.is_none() => {
+                tracing::debug!(server = %slot.config.name, method, "method not found; treating the list as empty");
+                return Ok((Vec::new(), None));
+            }
+            Err(e) => return Err(e),
+        };
         items.append(&mut batch);
         match next {
             None => return Ok((items, None)),

@@ -1,0 +1,140 @@
+//! The `hostpipe` binary as a user runs it.
+
+use std::process::Command;
+
+use hostpipe_tests::{hostpipe_bin, root};
+
+fn hostpipe(args: &[&str]) -> (bool, String, String) {
+    hostpipe_in(&root(), args)
+}
+
+fn hostpipe_in(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(hostpipe_bin())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("HOSTPIPE_LOG")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn run_on_the_embedded_default_previews_blocks_from_the_demo_server() {
+    let (ok, stdout, stderr) = hostpipe(&["run", "What does the config say?"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("<resource server=\"demo\" uri=\"demo://config/app.json\""),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\"service\": \"acme-assistant\""));
+    assert!(
+        stdout.contains("uri=\"demo://docs/deployment\""),
+        "the template default topic"
+    );
+    assert!(stdout.contains("== user\nWhat does the config say?"));
+    assert!(stdout.contains("demo__search_docs"));
+}
+
+#[test]
+fn run_json_carries_preview_and_trace_and_message_attachments() {
+    let (ok, stdout, stderr) = hostpipe(&[
+        "run",
+        "--json",
+        "--var",
+        "topic=incident-runbook",
+        "--attach",
+        "demo",
+        "demo://data/sample.bin",
+        "what now?",
+    ]);
+    assert!(ok, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let blocks = doc["preview"]["context"].as_array().unwrap();
+    // Message scope ranks first.
+    assert_eq!(blocks[0]["uri"], "demo://data/sample.bin");
+    assert_eq!(blocks[0]["scope"], "message");
+    assert_eq!(
+        blocks[0]["text"],
+        "[binary resource demo://data/sample.bin (application/octet-stream, 2048 bytes) not shown]"
+    );
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b["uri"] == "demo://docs/incident-runbook")
+    );
+    let used = doc["preview"]["budget"]["used_tokens"].as_u64().unwrap();
+    let sum: u64 = blocks
+        .iter()
+        .map(|b| b["tokens_after"].as_u64().unwrap())
+        .sum();
+    assert_eq!(used, sum);
+    assert!(used <= doc["preview"]["budget"]["budget_tokens"].as_u64().unwrap());
+    let reads = doc["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["event"] == "resource_read")
+        .count();
+    assert_eq!(reads, 5);
+}
+
+#[test]
+fn servers_resources_and_read_commands() {
+    let (ok, stdout, stderr) = hostpipe(&["servers"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.starts_with("demo: connected\n"), "{stdout}");
+    assert!(stdout.contains("1 tools, 6 resources, 1 resource templates, 1 prompts"));
+    let (ok, stdout, _) = hostpipe(&["resources", "demo"]);
+    assert!(ok && stdout.contains("demo://docs/{topic}"), "{stdout}");
+    let (ok, stdout, _) = hostpipe(&["read", "demo", "demo://docs/handbook.md"]);
+    assert!(
+        ok && stdout.starts_with("# Acme Support Team Handbook"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_unknown_bound_server_is_a_config_error_naming_file_and_key() {
+    let dir = std::env::temp_dir().join(format!("hostpipe-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[mcp_servers.demo]\ncommand = \"{}\"\nargs = [\"demo-server\"]\n\n[pipelines.default.bind_mcp_servers]\nservers = [\"demo\", \"nope\"]\n",
+            hostpipe_bin().display()
+        ),
+    )
+    .unwrap();
+    let (ok, _, stderr) = hostpipe(&["--config", path.to_str().unwrap(), "run", "hi"]);
+    assert!(!ok);
+    let expected = format!(
+        "error: {}: pipelines.default.bind_mcp_servers.servers[1]: unknown MCP server `nope`; configured servers: demo",
+        path.display()
+    );
+    assert_eq!(stderr.trim(), expected);
+}
+
+#[test]
+fn the_everything_example_config_runs() {
+    let config = root().join("docs/examples/everything.toml");
+    // From tests/, `npx` finds the pinned package installed there instead of fetching it.
+    let (ok, stdout, stderr) = hostpipe_in(
+        &root().join("tests"),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "What features are there?",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("uri=\"demo://resource/static/document/features.md\""),
+        "{stdout}"
+    );
+}

@@ -1,0 +1,166 @@
+//! Servers that fail, and what the turn does about it.
+
+use hostpipe_core::{McpSource as _, ServerStatus, ToolError, TraceEvent, Turn};
+use hostpipe_mcp::ServerConfig;
+use hostpipe_tests::{connect, everything, python};
+
+use crate::{pipeline, prepare};
+
+#[tokio::test]
+async fn a_missing_command_fails_that_server_and_the_turn_goes_on() {
+    let host = connect(vec![
+        ServerConfig::stdio(
+            "ghost",
+            "/nonexistent/hostpipe-test-server",
+            Vec::<String>::new(),
+        ),
+        python("tutorial", "tutorial_server.py"),
+    ])
+    .await;
+    let ServerStatus::Failed { reason } = host.server("ghost").unwrap().status else {
+        panic!("ghost should have failed")
+    };
+    assert!(
+        reason.contains("No such file or directory (os error 2)"),
+        "{reason}"
+    );
+
+    let p = pipeline(
+        &host,
+        r#"
+[pipelines.default.bind_mcp_servers]
+servers = ["ghost", "tutorial"]
+[pipelines.default.resource_context_injection]
+attachments = [{ server = "tutorial", uri = "config://settings" }, { server = "ghost", uri = "x://y" }]
+"#,
+    );
+    let outcome = p.run_turn(Turn::new("default", "hi")).await;
+    assert!(
+        !outcome.failed && outcome.ended_by.is_none(),
+        "{}",
+        outcome.reply
+    );
+    let unavailable: Vec<_> = outcome
+        .trace
+        .records()
+        .iter()
+        .filter_map(|r| match &r.event {
+            TraceEvent::ServerUnavailable {
+                server,
+                reason,
+                required,
+            } => Some((server.as_str(), reason.as_str(), *required)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(unavailable.len(), 1);
+    assert_eq!(unavailable[0].0, "ghost");
+    assert!(unavailable[0].1.contains("os error 2") && !unavailable[0].2);
+    let request = outcome.request.unwrap();
+    assert!(request.context.iter().any(
+        |b| b.source.uri == "config://settings" && b.text().is_some_and(|t| t.contains("dark"))
+    ));
+    let ghost_read = outcome.trace.reads().find(|r| r.server == "ghost").unwrap();
+    assert!(
+        ghost_read.error.as_deref().unwrap().contains("unavailable"),
+        "{ghost_read:?}"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_required_server_that_is_down_ends_the_turn_with_a_reply() {
+    let host = connect(vec![ServerConfig::stdio(
+        "ghost",
+        "/nonexistent/hostpipe-test-server",
+        Vec::<String>::new(),
+    )])
+    .await;
+    let p = pipeline(
+        &host,
+        r#"
+[pipelines.default.bind_mcp_servers]
+servers = [{ name = "ghost", required = true }]
+"#,
+    );
+    let outcome = p.run_turn(Turn::new("default", "hi")).await;
+    assert_eq!(outcome.ended_by.as_deref(), Some("bind_mcp_servers"));
+    assert!(outcome.request.is_none());
+    assert!(
+        outcome.reply.contains("`ghost`") && outcome.reply.contains("os error 2"),
+        "{}",
+        outcome.reply
+    );
+}
+
+#[tokio::test]
+async fn exploration_tools_refuse_servers_not_bound_for_the_turn() {
+    let host = connect(vec![
+        everything("everything"),
+        python("tutorial", "tutorial_server.py"),
+    ])
+    .await;
+    let p = pipeline(
+        &host,
+        r#"
+[pipelines.default.bind_mcp_servers]
+servers = ["everything"]
+"#,
+    );
+    let (request, _) = prepare(&p, Turn::new("default", "hi")).await;
+    let names: Vec<_> = request.tools.iter().map(|t| t.name.as_str()).collect();
+    assert!(
+        names.contains(&"list_resources") && names.contains(&"read_resource"),
+        "{names:?}"
+    );
+    // The schema only offers bound servers.
+    let read = request
+        .tools
+        .iter()
+        .find(|t| t.name == "read_resource")
+        .unwrap();
+    assert_eq!(
+        read.input_schema["properties"]["server"]["enum"],
+        serde_json::json!(["everything"])
+    );
+
+    let exec = request.tool_executor.clone().unwrap();
+    let err = exec
+        .call(
+            "read_resource",
+            serde_json::json!({"server": "tutorial", "uri": "config://settings"}),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_server_not_bound());
+    assert_eq!(
+        err.to_string(),
+        "server `tutorial` is not bound for this turn; bound servers: everything"
+    );
+    assert!(matches!(
+        exec.call("list_resources", serde_json::json!({"server": "tutorial"}))
+            .await,
+        Err(ToolError::ServerNotBound { .. })
+    ));
+    // The bound server works through the same tools.
+    let listed = exec
+        .call(
+            "list_resources",
+            serde_json::json!({"server": "everything"}),
+        )
+        .await
+        .unwrap();
+    let hostpipe_core::ToolContent::Text { text } = &listed.content[0] else {
+        panic!("text expected")
+    };
+    assert!(
+        text.contains("demo://resource/static/document/features.md"),
+        "{text}"
+    );
+    let read = exec
+        .call("read_resource", serde_json::json!({"server": "everything", "uri": "demo://resource/static/document/features.md"}))
+        .await
+        .unwrap();
+    assert!(!read.is_error && !read.content.is_empty());
+    host.shutdown().await;
+}

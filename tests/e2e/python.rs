@@ -1,0 +1,125 @@
+//! Against servers built on the official Python SDK (`mcp` 2.3.0).
+
+use hostpipe_core::{McpSource as _, Turn};
+use hostpipe_tests::{connect, python};
+
+use crate::{block, pipeline, prepare, read_text};
+
+#[tokio::test]
+async fn tutorial_shape_resources_and_templates() {
+    let host = connect(vec![python("tutorial", "tutorial_server.py")]).await;
+    let resources = host.list_resources("tutorial").await.unwrap();
+    assert_eq!(
+        resources.iter().map(|r| r.uri.as_str()).collect::<Vec<_>>(),
+        ["config://settings"]
+    );
+    assert_eq!(resources[0].mime_type.as_deref(), Some("application/json"));
+    let templates = host.list_resource_templates("tutorial").await.unwrap();
+    let mut t: Vec<_> = templates.iter().map(|t| t.uri_template.as_str()).collect();
+    t.sort_unstable();
+    assert_eq!(t, ["greeting://{name}", "user://{id}"]);
+
+    let p = pipeline(
+        &host,
+        r#"
+[pipelines.default.bind_mcp_servers]
+servers = ["tutorial"]
+[pipelines.default.resource_context_injection]
+attachments = [
+  { server = "tutorial", uri = "config://settings" },
+  { server = "tutorial", template = "greeting://{name}", arguments = { name = { var = "sender" } } },
+  { server = "tutorial", template = "user://{id}", arguments = { id = "42" } },
+]
+"#,
+    );
+    let mut turn = Turn::new("default", "hello");
+    turn.variables.insert("sender", "Ada");
+    let (request, _) = prepare(&p, turn).await;
+    let settings: serde_json::Value =
+        serde_json::from_str(block(&request, "config://settings").text().unwrap()).unwrap();
+    assert_eq!(settings["theme"], "dark");
+    assert_eq!(
+        block(&request, "greeting://Ada").text(),
+        Some("Hello, Ada!")
+    );
+    let user: serde_json::Value =
+        serde_json::from_str(block(&request, "user://42").text().unwrap()).unwrap();
+    assert_eq!(user["id"], "42");
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn template_arguments_are_percent_encoded() {
+    let host = connect(vec![python("tutorial", "tutorial_server.py")]).await;
+    let p = pipeline(
+        &host,
+        r#"
+[pipelines.default.bind_mcp_servers]
+servers = ["tutorial"]
+[pipelines.default.resource_context_injection]
+attachments = [{ server = "tutorial", template = "greeting://{name}", arguments = { name = { var = "who" } } }]
+"#,
+    );
+    let mut turn = Turn::new("default", "hello");
+    turn.variables.insert("who", "a b/ç");
+    let (request, trace) = prepare(&p, turn).await;
+    let uri = "greeting://a%20b%2F%C3%A7";
+    assert_eq!(
+        trace.reads().map(|r| r.uri.as_str()).collect::<Vec<_>>(),
+        [uri]
+    );
+    let b = block(&request, uri);
+    assert_eq!(
+        b.text(),
+        Some(read_text(&host, "tutorial", uri).await.as_str())
+    );
+    assert_eq!(
+        b.source
+            .template
+            .as_ref()
+            .map(|t| t.arguments["name"].as_str()),
+        Some("a b/ç")
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn follows_next_cursor_through_every_page() {
+    let host = connect(vec![python("paged", "paged_server.py")]).await;
+    let resources = host.list_resources("paged").await.unwrap();
+    let uris: Vec<_> = resources.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "paged://item/0",
+            "paged://item/1",
+            "paged://item/2",
+            "paged://item/3",
+            "paged://item/4"
+        ]
+    );
+    // 5 items at 2 per page is 3 pages.
+    assert_eq!(
+        host.request_counts("paged").unwrap().get("resources/list"),
+        Some(&3)
+    );
+    assert!(host.server("paged").unwrap().warnings.is_empty());
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_page_cap_cuts_the_list_with_a_warning() {
+    let options = hostpipe_mcp::HostOptions {
+        max_list_pages: 2,
+        ..hostpipe_mcp::HostOptions::default()
+    };
+    let host = hostpipe_mcp::McpHost::new(vec![python("paged", "paged_server.py")], options);
+    host.connect_all().await;
+    assert_eq!(host.list_resources("paged").await.unwrap().len(), 4);
+    let warnings = host.server("paged").unwrap().warnings;
+    assert_eq!(
+        warnings,
+        ["resources/list: more than 2 pages; the list was cut at 4 items"]
+    );
+    host.shutdown().await;
+}

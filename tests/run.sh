@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every hostpipe test on a fresh machine: installs the pinned MCP peers the
+# end-to-end tests talk to (npm: tests/package-lock.json; Python: tests/requirements.txt
+# into tests/.venv), builds the hostpipe binary, then runs the whole workspace's tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v node >/dev/null || { echo "tests/run.sh: Node.js (node, npm) is required for the MCP peers" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "tests/run.sh: python3 is required for the MCP peers" >&2; exit 1; }
+
+echo "== npm peers (tests/package-lock.json)"
+npm ci --prefix tests --no-audit --no-fund --loglevel=error
+
+echo "== Python peers (tests/requirements.txt)"
+if ! tests/.venv/bin/python -c 'import mcp' 2>/dev/null; then
+  rm -rf tests/.venv
+  python3 -m venv tests/.venv
+fi
+tests/.venv/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+
+echo "== build"
+cargo build -j2 --locked --bin hostpipe
+
+echo "== tests"
+cargo test -j2 --locked --workspace "$@"
