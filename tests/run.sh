@@ -22,4 +22,13 @@ echo "== build"
 cargo build -j2 --locked --bin hostpipe
 
 echo "== tests"
-cargo test -j2 --locked --workspace "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test -j2 --locked --workspace "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run (cargo's last line is only the last doc-test batch).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"

@@ -77,6 +77,25 @@ enum Command {
     },
     /// Registered stages and runners.
     Plugins,
+    /// Time the resource-injection path against one stdio MCP server; prints one JSON
+    /// line: turns, seconds, turns_per_s, tokens_injected.
+    Bench {
+        /// Turns to run.
+        #[arg(long, default_value_t = 20)]
+        turns: usize,
+        /// Token budget per turn.
+        #[arg(long, default_value_t = 8000)]
+        budget: usize,
+        /// The user message of every turn.
+        #[arg(long, default_value = "how does the cache handle subscription timeout")]
+        query: String,
+        /// Read and process everything afresh every turn.
+        #[arg(long)]
+        no_cache: bool,
+        /// The server command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        server: Vec<String>,
+    },
     /// Serve the embedded demo MCP server on stdio.
     DemoServer,
 }
@@ -125,6 +144,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Plugins => {
             print!("{}", hostpipe_cli::registry()?.listing());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Bench {
+            turns,
+            budget,
+            query,
+            no_cache,
+            server,
+        } => {
+            let result = hostpipe_cli::bench::run(turns, budget, &query, no_cache, &server).await?;
+            println!("{}", serde_json::to_string(&result)?);
             return Ok(ExitCode::SUCCESS);
         }
         _ => {}
@@ -323,6 +353,8 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugins | Command::DemoServer => unreachable!("handled before the app starts"),
+        Command::Plugins | Command::DemoServer | Command::Bench { .. } => {
+            unreachable!("handled before the app starts")
+        }
     }
 }
