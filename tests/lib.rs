@@ -107,3 +107,51 @@ pub async fn connect(servers: Vec<ServerConfig>) -> Arc<McpHost> {
     host.connect_all().await;
     host
 }
+
+/// A server-everything process serving streamable HTTP on a free loopback port; killed
+/// when dropped.
+pub struct HttpEverything {
+    child: tokio::process::Child,
+    /// The MCP endpoint, `http://127.0.0.1:PORT/mcp`.
+    pub url: String,
+}
+
+impl HttpEverything {
+    /// Starts it and waits (at most 30 s) until the port accepts connections.
+    pub async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let child = tokio::process::Command::new("node")
+            .arg(node_package("server-everything"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node starts");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "server-everything did not listen on {port} within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+
+    /// Stops the server.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}

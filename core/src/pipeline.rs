@@ -183,3 +183,109 @@ impl Pipeline {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::error::{RunError, StageError};
+    use crate::run::{EventSink, RunEvent};
+
+    struct Push(&'static str);
+    #[async_trait]
+    impl Stage for Push {
+        async fn process(&self, turn: &mut Turn) -> Result<StageOutcome, StageError> {
+            turn.message.text.push_str(self.0);
+            Ok(StageOutcome::Continue)
+        }
+    }
+
+    struct Stop;
+    #[async_trait]
+    impl Stage for Stop {
+        async fn process(&self, _: &mut Turn) -> Result<StageOutcome, StageError> {
+            Ok(StageOutcome::Reply("stopped".into()))
+        }
+    }
+
+    struct Fail;
+    #[async_trait]
+    impl Stage for Fail {
+        async fn process(&self, _: &mut Turn) -> Result<StageOutcome, StageError> {
+            Err(StageError::msg("boom"))
+        }
+    }
+
+    struct Echo;
+    #[async_trait]
+    impl Runner for Echo {
+        async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
+            events
+                .emit(RunEvent::MessageDelta {
+                    text: request.message.text.clone(),
+                })
+                .await;
+            events.emit(RunEvent::RunCompleted { usage: None }).await;
+            Ok(())
+        }
+    }
+
+    fn pipeline(stages: Vec<(&str, Box<dyn Stage>)>) -> Pipeline {
+        Pipeline::new(
+            "p",
+            stages.into_iter().map(|(n, s)| (n.to_owned(), s)).collect(),
+            ("echo".into(), Box::new(Echo)),
+            Arc::new(ModelProfile::default()),
+            Some("sys".into()),
+        )
+    }
+
+    #[tokio::test]
+    async fn stages_run_in_order_then_the_runner() {
+        let p = pipeline(vec![("a", Box::new(Push("1"))), ("b", Box::new(Push("2")))]);
+        let out = p.run_turn(Turn::new("ignored", "x")).await;
+        assert_eq!(out.reply, "x12");
+        assert!(!out.failed && out.ended_by.is_none());
+        let request = out
+            .request
+            .as_ref()
+            .map(|r| (r.ids.pipeline.as_str(), r.system_prompt.as_deref()));
+        assert_eq!(request, Some(("p", Some("sys"))));
+        let stages: Vec<_> = out
+            .trace
+            .records()
+            .iter()
+            .filter_map(|r| match &r.event {
+                TraceEvent::StageFinished { stage, outcome, .. } => {
+                    Some((stage.as_str(), outcome.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(stages, [("a", "continue"), ("b", "continue")]);
+    }
+
+    #[tokio::test]
+    async fn a_reply_ends_the_turn_before_later_stages() {
+        let p = pipeline(vec![("stop", Box::new(Stop)), ("a", Box::new(Push("1")))]);
+        let out = p.run_turn(Turn::new("p", "x")).await;
+        assert_eq!(
+            (out.reply.as_str(), out.ended_by.as_deref(), out.failed),
+            ("stopped", Some("stop"), false)
+        );
+        assert!(out.request.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stage_error_becomes_a_reply_and_a_trace_record() {
+        let p = pipeline(vec![("fail", Box::new(Fail))]);
+        let out = p.run_turn(Turn::new("p", "x")).await;
+        assert!(out.failed);
+        assert_eq!(
+            out.reply,
+            "Sorry, this message could not be handled: stage `fail` failed: boom"
+        );
+        assert!(out.trace.records().iter().any(|r| matches!(&r.event, TraceEvent::Warning { message } if message == "stage `fail` failed: boom")));
+    }
+}

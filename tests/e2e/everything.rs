@@ -168,3 +168,37 @@ attachments = [{ server = "everything", uri = "demo://resource/static/document/f
     );
     host.shutdown().await;
 }
+
+#[tokio::test]
+async fn streamable_http_lists_reads_and_calls_tools() {
+    let server = hostpipe_tests::HttpEverything::start().await;
+    let host = connect(vec![hostpipe_mcp::ServerConfig::http(
+        "everything",
+        &server.url,
+    )])
+    .await;
+    let info = host.server("everything").unwrap();
+    assert!(info.status.is_connected(), "{:?}", info.status);
+    assert_eq!(info.protocol_version.as_deref(), Some("2025-11-25"));
+    assert_eq!(host.list_resources("everything").await.unwrap().len(), 7);
+    let text = read_text(&host, "everything", FEATURES).await;
+    assert!(text.starts_with('#'), "{text}");
+    let echo = host
+        .call_tool(
+            "everything",
+            "echo",
+            serde_json::json!({"message": "over http"})
+                .as_object()
+                .cloned(),
+        )
+        .await
+        .unwrap();
+    assert!(!echo.is_error);
+    assert!(
+        matches!(&echo.content[0], hostpipe_core::ToolContent::Text { text } if text.contains("over http")),
+        "{:?}",
+        echo.content
+    );
+    host.shutdown().await;
+    server.stop().await;
+}

@@ -164,3 +164,33 @@ servers = ["everything"]
     assert!(!read.is_error && !read.content.is_empty());
     host.shutdown().await;
 }
+
+#[tokio::test]
+async fn injection_before_binding_reads_nothing_and_says_why() {
+    let host = connect(vec![hostpipe_tests::demo("demo")]).await;
+    let p = pipeline(
+        &host,
+        r#"
+[pipelines.default]
+stages = ["resource_context_injection", "bind_mcp_servers", "tool_assembly"]
+[pipelines.default.bind_mcp_servers]
+servers = ["demo"]
+[pipelines.default.resource_context_injection]
+attachments = [{ server = "demo", uri = "demo://config/app.json" }]
+"#,
+    );
+    let (request, trace) = prepare(&p, Turn::new("default", "hi")).await;
+    assert_eq!(request.context.len(), 1);
+    assert_eq!(
+        request.context[0].text(),
+        Some(
+            "[resource demo://config/app.json from `demo` unavailable: server `demo` is not bound for this turn (bound: none)]"
+        )
+    );
+    assert_eq!(
+        host.request_counts("demo").unwrap().get("resources/read"),
+        None
+    );
+    assert!(trace.reads().all(|r| r.error.is_some()));
+    host.shutdown().await;
+}
