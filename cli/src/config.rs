@@ -119,20 +119,30 @@ fn read(path: &Path) -> Result<String, ConfigError> {
 /// # Errors
 /// [`ConfigError`] naming `source` and the key.
 pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
-    let file: FileConfig = toml::from_str(text).map_err(|e| {
-        let at = e
-            .span()
-            .map(|s| line_col(text, s.start))
-            .map(|(l, c)| format!(" (line {l}, column {c})"))
-            .unwrap_or_default();
-        ConfigError::new("", format!("{}{at}", e.message())).in_file(source)
+    let de = toml::Deserializer::parse(text)
+        .map_err(|e| toml_error(text, &e, String::new()).in_file(source))?;
+    let file: FileConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let key = if path == "." { String::new() } else { path };
+        toml_error(text, e.inner(), key).in_file(source)
     })?;
+    file.model
+        .validate()
+        .map_err(|e| ConfigError::new(format!("model.{}", e.field), e.message).in_file(source))?;
     let mut servers = Vec::new();
     for (name, raw) in file.mcp_servers {
-        servers.push(
-            ServerConfig::from_entry(&name, raw)
-                .map_err(|e| e.under(&format!("mcp_servers.{name}")).in_file(source))?,
-        );
+        let at = format!("mcp_servers.{name}");
+        let config =
+            ServerConfig::from_entry(&name, raw).map_err(|e| e.under(&at).in_file(source))?;
+        // hostpipe's own file is strict; only other clients' JSON may carry their keys.
+        if let Some(key) = config.ignored_keys.first() {
+            return Err(ConfigError::new(
+                format!("{at}.{key}"),
+                "unknown key; known keys: type, command, args, env, cwd, url, headers, disabled, connect_timeout_ms, request_timeout_ms",
+            )
+            .in_file(source));
+        }
+        servers.push(config);
     }
     let defaults = HostOptions::default();
     let host = HostOptions {
@@ -154,6 +164,15 @@ pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
         servers,
         pipelines: file.pipelines,
     })
+}
+
+fn toml_error(text: &str, e: &toml::de::Error, key: String) -> ConfigError {
+    let at = e
+        .span()
+        .map(|s| line_col(text, s.start))
+        .map(|(l, c)| format!(" (line {l}, column {c})"))
+        .unwrap_or_default();
+    ConfigError::new(key, format!("{}{at}", e.message().trim_end()))
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -254,6 +273,12 @@ impl LoadedConfig {
                     ))
                 })?,
             };
+            if let Some(i) = (1..stages.len()).find(|&i| stages[..i].contains(&stages[i])) {
+                return Err(err(ConfigError::new(
+                    at(&format!("stages[{i}]")),
+                    format!("`{}` is listed twice", stages[i]),
+                )));
+            }
             let runner: String = match table.get("runner") {
                 None => "preview".into(),
                 Some(toml::Value::String(s)) => s.clone(),
@@ -307,6 +332,9 @@ impl LoadedConfig {
                     .map_err(|e| err(e.under(&at(name))))?;
                 built.push((name.clone(), stage));
             }
+            // After the stages, so a stage's own error about a section comes first.
+            check_attachments_bound(table, &stages)
+                .map_err(|e| err(e.under(&format!("pipelines.{id}"))))?;
             let d = registry
                 .runner(&runner)
                 .map_err(|e| err(e.under(&at("runner"))))?;
@@ -325,6 +353,50 @@ impl LoadedConfig {
         }
         Ok(out)
     }
+}
+
+/// A pipeline that binds servers and injects resources may only attach resources of
+/// servers it binds: anything else could never be read. Errors are relative to the
+/// pipeline's table.
+fn check_attachments_bound(table: &toml::Table, stages: &[String]) -> Result<(), ConfigError> {
+    let listed = |s: &str| stages.iter().any(|x| x == s);
+    if !listed("bind_mcp_servers") || !listed("resource_context_injection") {
+        return Ok(());
+    }
+    let servers = table
+        .get("bind_mcp_servers")
+        .and_then(|b| b.get("servers"))
+        .and_then(toml::Value::as_array);
+    let bound: Vec<&str> = servers
+        .into_iter()
+        .flatten()
+        .filter_map(|b| {
+            b.as_str()
+                .or_else(|| b.get("name").and_then(toml::Value::as_str))
+        })
+        .collect();
+    let attachments = table
+        .get("resource_context_injection")
+        .and_then(|r| r.get("attachments"))
+        .and_then(toml::Value::as_array);
+    for (i, a) in attachments.into_iter().flatten().enumerate() {
+        if let Some(server) = a.get("server").and_then(toml::Value::as_str)
+            && !bound.contains(&server)
+        {
+            let list = if bound.is_empty() {
+                "none".to_owned()
+            } else {
+                bound.join(", ")
+            };
+            return Err(ConfigError::new(
+                format!("resource_context_injection.attachments[{i}].server"),
+                format!(
+                    "`{server}` is not bound by this pipeline's bind_mcp_servers (bound: {list})"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The path of this binary, for spawning the embedded demo server.

@@ -36,27 +36,29 @@ pub struct App {
 }
 
 impl App {
-    /// Loads the configuration (see [`config::load`]), validates every pipeline against
-    /// the registry and the configured servers, then connects all servers.
+    /// Loads the configuration (see [`config::load`]) and validates every pipeline
+    /// against the registry and the configured servers. Nothing is connected yet: call
+    /// [`App::connect`].
     ///
     /// # Errors
     /// A configuration error (naming the file and key), or a registry conflict.
-    pub async fn start(
-        config_file: Option<&Path>,
-        mcp_config: Option<&Path>,
-    ) -> anyhow::Result<Self> {
+    pub fn load(config_file: Option<&Path>, mcp_config: Option<&Path>) -> anyhow::Result<Self> {
         let exe = config::self_exe()
             .context("cannot find the hostpipe executable to spawn the demo server")?;
         let config = config::load(config_file, mcp_config, &exe)?;
         let registry = registry()?;
         let host = Arc::new(McpHost::new(config.servers.clone(), config.host.clone()));
         let pipelines = config.build_pipelines(&registry, host.clone())?;
-        host.connect_all().await;
         Ok(Self {
             config,
             host,
             pipelines,
         })
+    }
+
+    /// Connects every enabled server (see [`McpHost::connect_all`]).
+    pub async fn connect(&self) {
+        self.host.connect_all().await;
     }
 
     /// The pipeline `id`.
@@ -73,7 +75,7 @@ impl App {
         })
     }
 
-    /// Closes every MCP session.
+    /// Closes every MCP session and stops the stdio servers.
     pub async fn shutdown(&self) {
         self.host.shutdown().await;
     }

@@ -12,8 +12,12 @@ use hostpipe_runners::PreviewReport;
 use hostpipe_stages::convert::{Converted, convert};
 
 /// Put MCP resources in front of a model: run a bot message through a pipeline.
+///
+/// Exit codes: 0 done; 1 the turn failed (or, for `servers`, a server failed);
+/// 2 bad usage or configuration; 3 a stage ended the turn early with a reply (e.g. a
+/// required server is down); 130 interrupted.
 #[derive(Parser)]
-#[command(name = "hostpipe", version, about)]
+#[command(name = "hostpipe", version, about, long_about)]
 struct Cli {
     /// hostpipe's TOML config (default: the embedded demo pipeline).
     #[arg(long, global = true, value_name = "FILE")]
@@ -108,8 +112,10 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
 }
 
 fn init_logging(verbose: u8) {
+    // rmcp logs what hostpipe already reports (and its own worker noise) at WARN and
+    // ERROR; it shows from -v on.
     let default = match verbose {
-        0 => "warn",
+        0 => "warn,rmcp=off",
         1 => "info",
         2 => "debug",
         _ => "trace",
@@ -159,10 +165,48 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    let app = App::start(cli.config.as_deref(), cli.mcp_config.as_deref()).await?;
-    let result = command(&app, cli.command).await;
+    let app = App::load(cli.config.as_deref(), cli.mcp_config.as_deref())?;
+    let work = async {
+        app.connect().await;
+        command(&app, cli.command).await
+    };
+    let result = tokio::select! {
+        r = work => r,
+        signal = interrupted() => {
+            eprintln!("hostpipe: {signal}; stopping the MCP servers");
+            Ok(ExitCode::from(130))
+        }
+    };
+    // Also on Ctrl-C: stdio servers run in their own process groups, so the terminal's
+    // signal never reaches them.
     app.shutdown().await;
     result
+}
+
+/// Resolves on Ctrl-C or SIGTERM, saying which.
+async fn interrupted() -> &'static str {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return ctrl_c().await,
+            };
+        tokio::select! {
+            s = ctrl_c() => s,
+            _ = term.recv() => "terminated",
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c().await
+}
+
+async fn ctrl_c() -> &'static str {
+    match tokio::signal::ctrl_c().await {
+        Ok(()) => "interrupted",
+        // No signal handling available: never resolve, the command runs to its end.
+        Err(_) => std::future::pending().await,
+    }
 }
 
 async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
@@ -188,6 +232,20 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                     s.trim_end().to_owned()
                 }
             };
+            if text.trim().is_empty() {
+                bail!("the message is empty");
+            }
+            let configured: Vec<String> = app.host.servers().into_iter().map(|s| s.name).collect();
+            if let Some(unknown) = attach
+                .chunks(2)
+                .map(|c| &c[0])
+                .find(|s| !configured.contains(s))
+            {
+                bail!(
+                    "--attach: unknown MCP server `{unknown}`; configured servers: {}",
+                    configured.join(", ")
+                );
+            }
             let p = app.pipeline(&pipeline)?;
             let mut turn = Turn::new(pipeline.clone(), text);
             turn.ids.conversation = conversation;
@@ -235,9 +293,17 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Servers { json } => {
             let servers = app.host.servers();
+            let code = if servers
+                .iter()
+                .any(|s| matches!(s.status, hostpipe_core::ServerStatus::Failed { .. }))
+            {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&servers)?);
-                return Ok(ExitCode::SUCCESS);
+                return Ok(code);
             }
             for s in &servers {
                 println!("{}: {}", s.name, s.status.describe());
@@ -280,8 +346,13 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 for w in &s.warnings {
                     println!("  warning: {w}");
                 }
+                if !s.status.is_connected() {
+                    for line in &s.stderr_tail {
+                        println!("  stderr: {line}");
+                    }
+                }
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(code)
         }
         Command::Resources { server, json } => {
             let resources = app.host.list_resources(&server).await?;

@@ -29,22 +29,30 @@ impl Scope {
     }
 }
 
-/// The value of one URI-template argument.
+/// The value of one URI-template argument: a string, or `{ var = "NAME", default = "…" }`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "expected a string, or { var = \"NAME\", default = \"VALUE\" } to take a turn variable"
+)]
 pub enum ArgumentValue {
     /// A fixed value.
     Literal(String),
-    /// The value of a turn variable ([`Variables`](crate::Variables)), with an optional
-    /// default when the turn does not set it.
-    Variable {
-        /// Variable name.
-        var: String,
-        /// Used when the variable is missing; without it a missing variable is an error
-        /// on that block.
-        #[serde(default)]
-        default: Option<String>,
-    },
+    /// The value of a turn variable.
+    Variable(VariableRef),
+}
+
+/// A reference to a turn variable ([`Variables`](crate::Variables)), with an optional
+/// default when the turn does not set it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariableRef {
+    /// Variable name.
+    pub var: String,
+    /// Used when the variable is missing; without it a missing variable is an error on
+    /// that block.
+    #[serde(default)]
+    pub default: Option<String>,
 }
 
 /// What an attachment points at.

@@ -57,12 +57,14 @@ pub enum SourceError {
         message: String,
     },
     /// The connection failed or closed (e.g. the server process exited).
-    #[error("MCP server `{server}`: {operation} failed: transport error: {source}")]
+    #[error("MCP server `{server}`: {operation} failed: {message}")]
     Transport {
         /// Server name.
         server: String,
         /// The MCP method.
         operation: String,
+        /// What went wrong, with the root cause (e.g. `Connection refused (os error 111)`).
+        message: String,
         /// The underlying error.
         #[source]
         source: BoxError,
@@ -123,7 +125,11 @@ impl SourceError {
 
 /// A configuration error: names the place (`file`, `key`) and what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}{key}: {message}", file.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
+#[error(
+    "{}{}{message}",
+    file.as_deref().map(|f| format!("{f}: ")).unwrap_or_default(),
+    if key.is_empty() { String::new() } else { format!("{key}: ") }
+)]
 pub struct ConfigError {
     /// The file the value came from, when known (core never reads files; the loader
     /// fills this in with [`ConfigError::in_file`]).
@@ -234,6 +240,12 @@ mod tests {
             e.to_string(),
             "hostpipe.toml: pipelines.default.bind_mcp_servers.servers[1]: unknown MCP server `x`"
         );
+    }
+
+    #[test]
+    fn an_empty_key_is_left_out() {
+        let e = ConfigError::new("", "cannot read: gone").in_file("x.toml");
+        assert_eq!(e.to_string(), "x.toml: cannot read: gone");
     }
 
     #[test]

@@ -33,11 +33,11 @@ pub mod turn;
 
 pub use context::{
     ArgumentValue, Attachment, AttachmentTarget, BlockBody, BlockSource, ContextBlock,
-    FallbackReason, Scope, TemplateRef, Treatment, TruncationSide,
+    FallbackReason, Scope, TemplateRef, Treatment, TruncationSide, VariableRef,
 };
 pub use error::{ConfigError, RunError, SourceError, StageError};
 pub use extensions::Extensions;
-pub use model::ModelProfile;
+pub use model::{ModelProfile, ModelProfileError};
 pub use pipeline::{Pipeline, Prepared, TurnOutcome};
 pub use registry::{
     BuildContext, Registry, RegistryError, RunnerDescriptor, StageDescriptor, StagePhase,

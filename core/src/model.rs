@@ -51,3 +51,40 @@ impl ModelProfile {
         self.context_window.saturating_sub(self.max_output_tokens)
     }
 }
+
+/// A model profile whose numbers contradict each other.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ModelProfileError {
+    /// The field at fault, e.g. `max_output_tokens`.
+    pub field: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ModelProfile {
+    /// Checks that the profile can hold any input at all.
+    ///
+    /// # Errors
+    /// [`ModelProfileError`] when `context_window` is 0, when `max_output_tokens` leaves
+    /// no input tokens, or when an image limit is 0.
+    pub fn validate(&self) -> Result<(), ModelProfileError> {
+        let err = |field, message: String| Err(ModelProfileError { field, message });
+        if self.context_window == 0 {
+            return err("context_window", "must be at least 1 token".into());
+        }
+        if self.max_output_tokens >= self.context_window {
+            return err(
+                "max_output_tokens",
+                format!(
+                    "{} leaves no input tokens in a {}-token context window",
+                    self.max_output_tokens, self.context_window
+                ),
+            );
+        }
+        if self.max_image_edge_px == 0 || self.max_image_bytes == 0 {
+            return err("max_image_edge_px", "image limits must be positive".into());
+        }
+        Ok(())
+    }
+}

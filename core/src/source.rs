@@ -100,6 +100,9 @@ pub struct ServerInfo {
     /// Problems met while connecting or listing that did not fail the server (e.g. a
     /// list cut at the page cap, a repeated pagination cursor).
     pub warnings: Vec<String>,
+    /// The last lines a stdio server wrote to stderr (at most 5), to explain a failed
+    /// start. For operators only: never shown to the model.
+    pub stderr_tail: Vec<String>,
 }
 
 /// Who a resource is meant for (MCP `Role`).

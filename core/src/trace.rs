@@ -112,23 +112,10 @@ impl Trace {
         Self::default()
     }
 
-    /// Records `event`, and logs it through `tracing` (warnings at WARN, the rest at
-    /// DEBUG).
+    /// Records `event`, and logs it through `tracing` at DEBUG (the trace is the record;
+    /// whoever runs the turn decides what to show).
     pub fn record(&mut self, event: TraceEvent) {
-        match &event {
-            TraceEvent::Warning { message } => tracing::warn!(%message, "turn warning"),
-            TraceEvent::ServerUnavailable {
-                server,
-                reason,
-                required,
-            } => {
-                tracing::warn!(%server, %reason, required, "bound MCP server unavailable")
-            }
-            TraceEvent::ResourceRead(r) if r.error.is_some() => {
-                tracing::warn!(server = %r.server, uri = %r.uri, error = ?r.error, "resource read failed")
-            }
-            other => tracing::debug!(event = ?other, "trace"),
-        }
+        tracing::debug!(event = ?event, "trace");
         let at_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.records.push(TraceRecord { at_ms, event });
     }

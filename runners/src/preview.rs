@@ -208,7 +208,7 @@ fn treatment_label(t: &Treatment) -> String {
                 TruncationSide::Tail => "tail",
                 TruncationSide::HeadTail => "head+tail",
             };
-            format!("truncated {side} -{omitted_tokens}")
+            format!("{side} kept, {omitted_tokens} cut")
         }
         Treatment::Chunked { kept, total } => format!("chunked {kept}/{total}"),
         Treatment::Summarized => "summarized".into(),

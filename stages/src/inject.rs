@@ -45,12 +45,13 @@ pub struct AttachmentConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct InjectConfig {
-    /// The budget in tokens. When absent, `budget_share` of the model's input tokens
-    /// (context window minus reserved output) left after the system prompt, history and
-    /// message.
+    /// The budget in tokens. Never more than the model has left for input (context
+    /// window minus reserved output, system prompt, history and message): a larger value
+    /// is lowered to that, with a trace warning.
     pub budget_tokens: Option<usize>,
-    /// Share used when `budget_tokens` is absent, in (0, 1]. Default 0.5.
-    pub budget_share: f64,
+    /// Instead of `budget_tokens`: this share, in (0, 1], of what the model has left for
+    /// input. Default (when neither is given) 0.5.
+    pub budget_share: Option<f64>,
     /// Which part a truncation keeps. Default `head`.
     pub truncate: TruncationSide,
     /// Pipeline-scope attachments.
@@ -61,7 +62,7 @@ impl Default for InjectConfig {
     fn default() -> Self {
         Self {
             budget_tokens: None,
-            budget_share: 0.5,
+            budget_share: None,
             truncate: TruncationSide::Head,
             attachments: Vec::new(),
         }
@@ -87,11 +88,19 @@ impl ResourceContextInjection {
     /// argument or an argument the template does not have; at `budget_share` for a
     /// share outside (0, 1].
     pub fn new(config: InjectConfig, mcp: Arc<dyn McpSource>) -> Result<Self, ConfigError> {
-        if !(config.budget_share > 0.0 && config.budget_share <= 1.0) {
-            return Err(ConfigError::new(
-                "budget_share",
-                format!("{} is not in (0, 1]", config.budget_share),
-            ));
+        if let Some(share) = config.budget_share {
+            if config.budget_tokens.is_some() {
+                return Err(ConfigError::new(
+                    "budget_share",
+                    "give `budget_tokens` or `budget_share`, not both",
+                ));
+            }
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(ConfigError::new(
+                    "budget_share",
+                    format!("{share} is not in (0, 1]"),
+                ));
+            }
         }
         let known: Vec<String> = mcp.servers().into_iter().map(|s| s.name).collect();
         let mut attachments = Vec::with_capacity(config.attachments.len());
@@ -165,10 +174,9 @@ impl ResourceContextInjection {
         })
     }
 
-    fn budget(&self, turn: &Turn, tk: &Tokenizer) -> usize {
-        if let Some(b) = self.config.budget_tokens {
-            return b;
-        }
+    /// The turn's budget in tokens: `budget_tokens`, or `budget_share` (default 0.5) of
+    /// what the model has left for input; never more than what it has left.
+    fn budget(&self, turn: &mut Turn, tk: &Tokenizer) -> usize {
         let used = turn.system_prompt.as_deref().map_or(0, |s| tk.count(s))
             + turn
                 .history
@@ -177,96 +185,155 @@ impl ResourceContextInjection {
                 .sum::<usize>()
             + tk.count(&turn.message.text);
         let left = turn.model.input_tokens().saturating_sub(used);
-        // Float maths on token counts (< 2^53) is exact enough; floor keeps the bound.
-        (left as f64 * self.config.budget_share).floor() as usize
+        match self.config.budget_tokens {
+            Some(b) if b > left => {
+                turn.trace.warn(format!(
+                    "budget_tokens = {b} is more than the {left} input tokens model `{}` has left; using {left}",
+                    turn.model.name
+                ));
+                left
+            }
+            Some(b) => b,
+            // Float maths on token counts (< 2^53) is exact enough; floor keeps the bound.
+            None => (left as f64 * self.config.budget_share.unwrap_or(0.5)).floor() as usize,
+        }
     }
 }
 
-/// One attachment after resolution and reading.
-struct Fetched {
+/// Why an attachment produced no content: the full story for the trace, a short note
+/// for the model (no paths, commands or stack of errors), and the fallback reason.
+struct Failure {
+    trace: String,
+    model: &'static str,
+    reason: FallbackReason,
+}
+
+impl Failure {
+    fn invalid(trace: String, model: &'static str) -> Self {
+        Self {
+            reason: FallbackReason::InvalidAttachment {
+                error: trace.clone(),
+            },
+            trace,
+            model,
+        }
+    }
+
+    fn read(e: &SourceError) -> Self {
+        let model = if e.is_not_found() {
+            "not found"
+        } else if e.is_timeout() {
+            "the server did not answer in time"
+        } else if e.is_unavailable() {
+            "the server is unavailable"
+        } else {
+            match e {
+                SourceError::NotSupported { .. } => "the server offers no resources",
+                SourceError::InvalidResponse { .. } => "the server sent an invalid response",
+                _ => "the server reported an error",
+            }
+        };
+        Self {
+            trace: e.to_string(),
+            model,
+            reason: FallbackReason::ReadFailed {
+                error: e.to_string(),
+            },
+        }
+    }
+}
+
+/// An attachment with its URI worked out (or why it could not be).
+struct Resolved {
     source: BlockSource,
-    result: Result<Vec<ResourceContents>, String>,
-    reason_if_failed: fn(String) -> FallbackReason,
-    elapsed_ms: u64,
+    uri: Result<String, Failure>,
 }
 
-fn read_failed(error: String) -> FallbackReason {
-    FallbackReason::ReadFailed { error }
-}
-
-fn invalid_attachment(error: String) -> FallbackReason {
-    FallbackReason::InvalidAttachment { error }
-}
-
-async fn fetch(mcp: &dyn McpSource, turn: &Turn, a: &Attachment) -> Fetched {
-    let (uri, template) = match &a.target {
-        AttachmentTarget::Uri { uri } => (Ok(uri.clone()), None),
+fn resolve(turn: &Turn, a: &Attachment) -> Resolved {
+    let mut source = BlockSource {
+        server: a.server.clone(),
+        uri: String::new(),
+        template: None,
+        scope: a.scope,
+        name: None,
+    };
+    let uri = match &a.target {
+        AttachmentTarget::Uri { uri } => Ok(uri.clone()),
         AttachmentTarget::Template {
             template,
             arguments,
         } => match uri_template::expand(template, arguments, &turn.variables) {
-            Ok((uri, arguments)) => (
-                Ok(uri),
-                Some(TemplateRef {
+            Ok((uri, arguments)) => {
+                source.template = Some(TemplateRef {
                     uri_template: template.clone(),
                     arguments,
-                }),
-            ),
-            Err(e) => (Err((template.clone(), e.to_string())), None),
+                });
+                Ok(uri)
+            }
+            Err(e) => {
+                source.uri.clone_from(template);
+                Err(Failure::invalid(
+                    e.to_string(),
+                    "its URI template could not be filled in",
+                ))
+            }
         },
     };
-    let mut source = BlockSource {
-        server: a.server.clone(),
-        uri: String::new(),
-        template,
-        scope: a.scope,
-        name: None,
-    };
+    let uri = uri.and_then(|uri| {
+        source.uri.clone_from(&uri);
+        if turn.is_bound(&a.server) {
+            Ok(uri)
+        } else {
+            let bound: Vec<_> = turn.bound_servers.iter().map(|b| b.name.as_str()).collect();
+            let bound = if bound.is_empty() {
+                "none".to_owned()
+            } else {
+                bound.join(", ")
+            };
+            Err(Failure::invalid(
+                format!(
+                    "server `{}` is not bound for this turn (bound: {bound})",
+                    a.server
+                ),
+                "the server is not bound for this turn",
+            ))
+        }
+    });
+    Resolved { source, uri }
+}
+
+/// One attachment after reading.
+struct Fetched {
+    source: BlockSource,
+    result: Result<Vec<ResourceContents>, Failure>,
+    elapsed_ms: u64,
+}
+
+async fn read(mcp: &dyn McpSource, r: Resolved) -> Fetched {
+    let Resolved { mut source, uri } = r;
     let uri = match uri {
         Ok(uri) => uri,
-        Err((template, error)) => {
-            source.uri = template;
+        Err(f) => {
             return Fetched {
                 source,
-                result: Err(error),
-                reason_if_failed: invalid_attachment,
+                result: Err(f),
                 elapsed_ms: 0,
             };
         }
     };
-    source.uri.clone_from(&uri);
-    if !turn.is_bound(&a.server) {
-        let bound: Vec<_> = turn.bound_servers.iter().map(|b| b.name.as_str()).collect();
-        let error = format!(
-            "server `{}` is not bound for this turn (bound: {})",
-            a.server,
-            if bound.is_empty() {
-                "none".to_owned()
-            } else {
-                bound.join(", ")
-            }
-        );
-        return Fetched {
-            source,
-            result: Err(error),
-            reason_if_failed: invalid_attachment,
-            elapsed_ms: 0,
-        };
-    }
-    if let Ok(listed) = mcp.list_resources(&a.server).await
+    if let Ok(listed) = mcp.list_resources(&source.server).await
         && let Some(r) = listed.iter().find(|r| r.uri == uri)
     {
         source.name = Some(r.title.clone().unwrap_or_else(|| r.name.clone()));
     }
     let started = Instant::now();
     let result = mcp
-        .read_resource(&a.server, &uri)
+        .read_resource(&source.server, &uri)
         .await
-        .map_err(|e: SourceError| e.to_string());
+        .map_err(|e| Failure::read(&e));
     Fetched {
         source,
         result,
-        reason_if_failed: read_failed,
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     }
 }
@@ -395,39 +462,47 @@ impl Stage for ResourceContextInjection {
             .collect();
         // Narrower scope first; stable, so attachment order holds within a scope.
         attachments.sort_by_key(|a| std::cmp::Reverse(a.scope));
-        let fetched = {
-            let turn_ref: &Turn = turn;
-            futures_util::future::join_all(
-                attachments
-                    .iter()
-                    .map(|a| fetch(self.mcp.as_ref(), turn_ref, a)),
-            )
-            .await
-        };
+        let mut resolved: Vec<Resolved> = Vec::with_capacity(attachments.len());
+        for a in attachments {
+            let r = resolve(turn, a);
+            if let Ok(uri) = &r.uri
+                && resolved.iter().any(|o| {
+                    o.source.server == r.source.server && o.uri.as_ref().is_ok_and(|u| u == uri)
+                })
+            {
+                turn.trace.warn(format!(
+                    "{uri} from `{}` is attached more than once; read once",
+                    r.source.server
+                ));
+                continue;
+            }
+            resolved.push(r);
+        }
+        let fetched = futures_util::future::join_all(
+            resolved.into_iter().map(|r| read(self.mcp.as_ref(), r)),
+        )
+        .await;
         let model: Arc<ModelProfile> = Arc::clone(&turn.model);
+        let side = self.config.truncate;
         let mut remaining = budget;
-        let mut blocks = Vec::new();
+        let mut blocks: Vec<ContextBlock> = Vec::new();
         let mut records = Vec::new();
+        let mut warnings = Vec::new();
+        let mut seen_text: Vec<(String, u64)> = Vec::new();
         for f in fetched {
             let items = match f.result {
                 Ok(items) => items,
-                Err(error) => {
+                Err(failure) => {
                     let note = format!(
-                        "[resource {} from `{}` unavailable: {error}]",
-                        f.source.uri, f.source.server
+                        "[resource {} from `{}` not included: {}]",
+                        f.source.uri, f.source.server, failure.model
                     );
                     let converted = Converted::Fallback {
-                        reason: (f.reason_if_failed)(error.clone()),
+                        reason: failure.reason,
                         note,
                     };
-                    let (block, _, treatment) = fit(
-                        converted,
-                        f.source.clone(),
-                        None,
-                        &mut remaining,
-                        &tk,
-                        self.config.truncate,
-                    );
+                    let (block, _, treatment) =
+                        fit(converted, f.source.clone(), None, &mut remaining, &tk, side);
                     records.push(ReadRecord {
                         server: f.source.server.clone(),
                         uri: f.source.uri.clone(),
@@ -437,14 +512,14 @@ impl Stage for ResourceContextInjection {
                         tokens_after: block.as_ref().map_or(0, |b| b.tokens_after),
                         treatment,
                         elapsed_ms: f.elapsed_ms,
-                        error: Some(error),
+                        error: Some(failure.trace),
                     });
                     blocks.extend(block);
                     continue;
                 }
             };
             if items.is_empty() {
-                turn.trace.warn(format!(
+                warnings.push(format!(
                     "resources/read of {} on `{}` returned no contents",
                     f.source.uri, f.source.server
                 ));
@@ -455,14 +530,30 @@ impl Stage for ResourceContextInjection {
                 let bytes = item.byte_len();
                 let mime = item.mime_type().map(str::to_owned);
                 let converted = convert(item, &model);
-                let (block, before, treatment) = fit(
-                    converted,
-                    source.clone(),
-                    mime,
-                    &mut remaining,
-                    &tk,
-                    self.config.truncate,
-                );
+                if let Converted::Text(text) = &converted {
+                    let hash = content_hash(text);
+                    if let Some((first, _)) = seen_text.iter().find(|(_, h)| *h == hash) {
+                        warnings.push(format!(
+                            "{} from `{}` has the same text as {first}; injected once",
+                            source.uri, source.server
+                        ));
+                        continue;
+                    }
+                    seen_text.push((source.uri.clone(), hash));
+                }
+                let (block, before, treatment) =
+                    fit(converted, source.clone(), mime, &mut remaining, &tk, side);
+                if block.is_none() {
+                    let size = if before > 0 {
+                        format!(" ({before} tokens)")
+                    } else {
+                        String::new()
+                    };
+                    warnings.push(format!(
+                        "{} from `{}` left out{size}: nothing of the {budget}-token budget was left for it",
+                        source.uri, source.server
+                    ));
+                }
                 records.push(ReadRecord {
                     server: source.server.clone(),
                     uri: source.uri.clone(),
@@ -480,10 +571,20 @@ impl Stage for ResourceContextInjection {
         for r in records {
             turn.trace.record(TraceEvent::ResourceRead(r));
         }
+        for w in warnings {
+            turn.trace.warn(w);
+        }
         turn.context.extend(blocks);
         turn.context_budget = Some(budget);
         Ok(StageOutcome::Continue)
     }
+}
+
+/// FNV-1a over the text: a cheap fingerprint to spot the same document under two URIs.
+fn content_hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 fn build(section: &serde_json::Value, ctx: &BuildContext) -> Result<Box<dyn Stage>, ConfigError> {

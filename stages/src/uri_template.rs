@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use hostpipe_core::{ArgumentValue, Variables};
+use hostpipe_core::{ArgumentValue, VariableRef, Variables};
 use iri_string::spec::UriSpec;
 use iri_string::template::UriTemplateStr;
 use iri_string::template::simple_context::SimpleContext;
@@ -66,7 +66,7 @@ pub fn expand(
     for name in variables_of(parsed) {
         let value = match arguments.get(&name) {
             Some(ArgumentValue::Literal(v)) => v.clone(),
-            Some(ArgumentValue::Variable { var, default }) => {
+            Some(ArgumentValue::Variable(VariableRef { var, default })) => {
                 match variables
                     .get(var)
                     .map(str::to_owned)
@@ -150,10 +150,10 @@ mod tests {
     fn variables_come_from_the_turn_with_defaults() {
         let args: BTreeMap<_, _> = [(
             "id".to_owned(),
-            ArgumentValue::Variable {
+            ArgumentValue::Variable(VariableRef {
                 var: "user".into(),
                 default: None,
-            },
+            }),
         )]
         .into();
         let vars: Variables = [("user", "42")].into_iter().collect();

@@ -138,3 +138,52 @@ fn the_everything_example_config_runs() {
         "{stdout}"
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn sigterm_stops_the_stdio_servers_too() {
+    use std::time::{Duration, Instant};
+    // A unique duration makes the child findable in /proc.
+    let marker = format!("777.{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("hostpipe-sig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("hang.toml");
+    std::fs::write(
+        &path,
+        format!("[mcp_servers.hang]\ncommand = \"sleep\"\nargs = [\"{marker}\"]\n[pipelines.default.bind_mcp_servers]\nservers = [\"hang\"]\n"),
+    )
+    .unwrap();
+    let running = |marker: &str| {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == marker.as_bytes()))
+        })
+    };
+    let mut child = Command::new(hostpipe_bin())
+        .args(["--config", path.to_str().unwrap(), "run", "hi"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !running(&marker) {
+        assert!(Instant::now() < deadline, "the server never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running(&marker) {
+        assert!(
+            Instant::now() < deadline,
+            "`sleep {marker}` outlived hostpipe"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

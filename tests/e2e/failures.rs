@@ -184,13 +184,75 @@ attachments = [{ server = "demo", uri = "demo://config/app.json" }]
     assert_eq!(
         request.context[0].text(),
         Some(
-            "[resource demo://config/app.json from `demo` unavailable: server `demo` is not bound for this turn (bound: none)]"
+            "[resource demo://config/app.json from `demo` not included: the server is not bound for this turn]"
         )
     );
     assert_eq!(
         host.request_counts("demo").unwrap().get("resources/read"),
         None
     );
-    assert!(trace.reads().all(|r| r.error.is_some()));
+    let errors: Vec<_> = trace.reads().map(|r| r.error.as_deref()).collect();
+    assert_eq!(
+        errors,
+        [Some(
+            "server `demo` is not bound for this turn (bound: none)"
+        )]
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_budget_larger_than_the_model_is_lowered_and_duplicates_are_read_once() {
+    let host = connect(vec![hostpipe_tests::demo("demo")]).await;
+    let p = pipeline(
+        &host,
+        r#"
+[model]
+context_window = 1500
+max_output_tokens = 500
+[pipelines.default.bind_mcp_servers]
+servers = ["demo"]
+[pipelines.default.resource_context_injection]
+budget_tokens = 4000
+attachments = [
+  { server = "demo", uri = "demo://docs/handbook.md" },
+  { server = "demo", uri = "demo://docs/handbook.md" },
+  { server = "demo", template = "demo://docs/{topic}", arguments = { topic = "handbook" } },
+]
+"#,
+    );
+    let (request, trace) = prepare(&p, Turn::new("default", "hi")).await;
+    let budget = request.context_budget.unwrap();
+    assert!(budget < 1000, "{budget}");
+    assert_eq!(
+        request.context.len(),
+        1,
+        "one document under three attachments"
+    );
+    assert!(request.context_tokens() <= budget);
+    assert_eq!(
+        host.request_counts("demo").unwrap().get("resources/read"),
+        Some(&2)
+    );
+    let warnings: Vec<_> = trace
+        .records()
+        .iter()
+        .filter_map(|r| match &r.event {
+            TraceEvent::Warning { message } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        warnings[0].starts_with("budget_tokens = 4000 is more than the"),
+        "{warnings:?}"
+    );
+    assert_eq!(
+        warnings[1],
+        "demo://docs/handbook.md from `demo` is attached more than once; read once"
+    );
+    assert_eq!(
+        warnings[2],
+        "demo://docs/handbook from `demo` has the same text as demo://docs/handbook.md; injected once"
+    );
     host.shutdown().await;
 }

@@ -10,6 +10,7 @@
 )]
 
 mod cli;
+mod config;
 mod everything;
 mod failures;
 mod filesystem;

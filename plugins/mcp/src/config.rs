@@ -224,15 +224,18 @@ struct McpServersFile {
 /// [`ConfigError`] for invalid JSON (with line and column), a document with neither
 /// key, or an invalid entry.
 pub fn parse_mcp_servers_json(text: &str) -> Result<Vec<ServerConfig>, ConfigError> {
-    let file: McpServersFile = serde_json::from_str(text).map_err(|e| {
-        ConfigError::new(
-            "",
-            format!(
-                "invalid JSON at line {}, column {}: {e}",
-                e.line(),
-                e.column()
-            ),
-        )
+    let mut de = serde_json::Deserializer::from_str(text);
+    let file: McpServersFile = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            ConfigError::new("", format!("invalid JSON: {inner}"))
+        } else {
+            ConfigError::new(
+                if path == "." { String::new() } else { path },
+                inner.to_string(),
+            )
+        }
     })?;
     let (key, entries) = match (file.mcp_servers, file.servers) {
         (Some(m), _) => ("mcpServers", m),
@@ -287,6 +290,10 @@ mod tests {
         .err();
         assert!(err.is_some_and(|e| e.key == "mcpServers.old.type"));
         let err = parse_mcp_servers_json("{\"mcpServers\": ").err();
-        assert!(err.is_some_and(|e| e.message.starts_with("invalid JSON at line 1")));
+        assert!(err.is_some_and(|e| e.message.starts_with("invalid JSON: EOF while parsing")));
+        let err =
+            parse_mcp_servers_json(r#"{"mcpServers": {"x": {"command": "a", "args": "a b"}}}"#)
+                .err();
+        assert_eq!(err.map(|e| e.key).as_deref(), Some("mcpServers.x.args"));
     }
 }

@@ -185,6 +185,42 @@ pub(crate) fn tool_result(
     })
 }
 
+/// An error's message with the root cause it wraps, without the layers of generic
+/// wrappers in between: `error sending request … (Connection refused (os error 111))`.
+pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut root = e;
+    while let Some(next) = root.source() {
+        root = next;
+    }
+    let top = e.to_string();
+    if std::ptr::addr_eq(root, e) {
+        return top;
+    }
+    // rmcp's transport errors print type names; keep only the root cause then.
+    let top = if top.contains("rmcp::") || top.len() > 200 {
+        String::new()
+    } else {
+        top
+    };
+    let root = root.to_string();
+    if top.is_empty() || top.contains(&root) {
+        root
+    } else {
+        format!("{top}: {root}")
+    }
+}
+
+/// [`describe`] for a failed handshake; rmcp's transport variant keeps its cause in a
+/// field that is not the error's `source`.
+pub(crate) fn describe_init(e: &rmcp::service::ClientInitializeError) -> String {
+    match e {
+        rmcp::service::ClientInitializeError::TransportError { error, context } => {
+            format!("{} (while trying to {context})", describe(error))
+        }
+        other => describe(other),
+    }
+}
+
 pub(crate) fn service_error(server: &str, operation: &str, e: rmcp::ServiceError) -> SourceError {
     let server = server.to_owned();
     let operation = operation.to_owned();
@@ -208,6 +244,7 @@ pub(crate) fn service_error(server: &str, operation: &str, e: rmcp::ServiceError
         other => SourceError::Transport {
             server,
             operation,
+            message: describe(&other),
             source: Box::new(other),
         },
     }

@@ -83,6 +83,8 @@ struct Slot {
     session: tokio::sync::Mutex<Option<Session>>,
     requests: Mutex<BTreeMap<&'static str, u64>>,
     stderr_tail: Mutex<VecDeque<String>>,
+    /// The process group of a stdio server (its own, led by the child).
+    process_group: Mutex<Option<u32>>,
 }
 
 impl Slot {
@@ -119,6 +121,23 @@ impl Slot {
             .or_default() += 1;
     }
 
+    /// Kills what is left of a stdio server's process group (`npx` and its children).
+    fn kill_process_group(&self) {
+        let group = self
+            .process_group
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        #[cfg(unix)]
+        if let Some(pgid) = group.and_then(|g| i32::try_from(g).ok()) {
+            use nix::sys::signal::{Signal, killpg};
+            // ESRCH (nothing left) is the usual, good outcome.
+            let _ = killpg(nix::unistd::Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+        #[cfg(not(unix))]
+        let _ = group;
+    }
+
     fn stderr_tail(&self) -> Vec<String> {
         self.stderr_tail
             .lock()
@@ -146,6 +165,14 @@ impl std::fmt::Debug for McpHost {
     }
 }
 
+impl Drop for McpHost {
+    fn drop(&mut self) {
+        for slot in self.slots.values() {
+            slot.kill_process_group();
+        }
+    }
+}
+
 impl McpHost {
     /// A host for `servers` (not yet connected). A later entry with the same name
     /// replaces an earlier one.
@@ -153,15 +180,13 @@ impl McpHost {
         let slots = servers
             .into_iter()
             .map(|config| {
-                for key in &config.ignored_keys {
-                    tracing::warn!(server = %config.name, key = %key, "ignoring unknown key in MCP server config");
-                }
                 let slot = Slot {
                     config,
                     state: RwLock::default(),
                     session: tokio::sync::Mutex::new(None),
                     requests: Mutex::default(),
                     stderr_tail: Mutex::default(),
+                    process_group: Mutex::default(),
                 };
                 (slot.config.name.clone(), Arc::new(slot))
             })
@@ -195,15 +220,23 @@ impl McpHost {
         }
     }
 
-    /// Closes every session (stdio children get stdin closed, then SIGTERM, then a kill,
-    /// as rmcp's shutdown does). Cancel-safe: whatever is not closed is killed on drop.
+    /// Closes every session, then kills whatever is left of each stdio server's
+    /// process group. Each session gets up to 3 s to close (rmcp closes stdin, then sends
+    /// SIGTERM); all close concurrently. Dropping the host also kills the process groups.
     pub async fn shutdown(&self) {
+        let mut set = tokio::task::JoinSet::new();
         for slot in self.slots.values() {
             let session = slot.session.lock().await.take();
             slot.write().peer = None;
             if let Some(session) = session {
-                let _ = session.cancel().await;
+                set.spawn(async move {
+                    let _ = tokio::time::timeout(Duration::from_secs(3), session.cancel()).await;
+                });
             }
+        }
+        while set.join_next().await.is_some() {}
+        for slot in self.slots.values() {
+            slot.kill_process_group();
         }
     }
 
@@ -370,12 +403,8 @@ async fn connect(slot: Arc<Slot>, options: HostOptions) {
     };
     let session = match result {
         Ok(session) => session,
-        Err(mut reason) => {
-            let tail = slot.stderr_tail();
-            if !tail.is_empty() {
-                reason.push_str(&format!(" (server stderr: {})", tail.join(" | ")));
-            }
-            tracing::warn!(server = %name, %reason, "MCP server failed to connect");
+        Err(reason) => {
+            tracing::info!(server = %name, %reason, stderr = ?slot.stderr_tail(), "MCP server failed to connect");
             slot.write().status = Some(ServerStatus::Failed { reason });
             return;
         }
@@ -535,13 +564,17 @@ async fn establish(slot: &Arc<Slot>, options: &HostOptions) -> Result<Session, S
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+            *slot
+                .process_group
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = transport.id();
             if let Some(stderr) = stderr {
                 tokio::spawn(drain_stderr(Arc::clone(slot), stderr));
             }
             client
                 .serve(transport)
                 .await
-                .map_err(|e| format!("`initialize` failed: {e}"))
+                .map_err(|e| format!("`initialize` failed: {}", convert::describe_init(&e)))
         }
         TransportConfig::StreamableHttp { url, headers } => {
             let mut map = HashMap::new();
@@ -563,7 +596,7 @@ async fn establish(slot: &Arc<Slot>, options: &HostOptions) -> Result<Session, S
             client
                 .serve(transport)
                 .await
-                .map_err(|e| format!("`initialize` failed: {e}"))
+                .map_err(|e| format!("`initialize` failed: {}", convert::describe_init(&e)))
         }
     }
 }
@@ -605,6 +638,7 @@ impl McpSource for McpHost {
                         prompts: st.prompts.as_ref().map_or(0, |l| l.len()),
                     },
                     warnings: st.warnings.clone(),
+                    stderr_tail: slot.stderr_tail(),
                 }
             })
             .collect()

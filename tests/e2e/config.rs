@@ -1,0 +1,73 @@
+//! Configuration errors name the file and the key, before anything connects.
+
+use std::sync::Arc;
+
+use hostpipe_mcp::{HostOptions, McpHost, ServerConfig};
+
+fn build(toml: &str) -> Result<(), String> {
+    let config = hostpipe_cli::config::parse(toml, "bad.toml").map_err(|e| e.to_string())?;
+    let host = Arc::new(McpHost::new(
+        vec![
+            ServerConfig::stdio("a", "true", Vec::<String>::new()),
+            ServerConfig::stdio("b", "true", Vec::<String>::new()),
+        ],
+        HostOptions::default(),
+    ));
+    config
+        .build_pipelines(&hostpipe_cli::registry().unwrap(), host)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn bad_configs_are_refused_with_file_and_key() {
+    let cases = [
+        (
+            "[pipelines.default]\nstages = [\"bind_mcp_servers\", \"nope\"]",
+            "bad.toml: pipelines.default.stages[1]: unknown stage `nope`; known stages: bind_mcp_servers, resource_context_injection, tool_assembly",
+        ),
+        (
+            "[pipelines.default]\nstages = [\"tool_assembly\", \"tool_assembly\"]",
+            "bad.toml: pipelines.default.stages[1]: `tool_assembly` is listed twice",
+        ),
+        (
+            "[pipelines.default]\nrunner = \"gpt\"",
+            "bad.toml: pipelines.default.runner: unknown runner `gpt`; known runners: preview",
+        ),
+        (
+            "[pipelines.default.bind_mcp_servers]\nservers = [\"a\"]\n[pipelines.default.resource_context_injection]\nattachments = [{ server = \"b\", uri = \"x://y\" }]",
+            "bad.toml: pipelines.default.resource_context_injection.attachments[0].server: `b` is not bound by this pipeline's bind_mcp_servers (bound: a)",
+        ),
+        (
+            "[pipelines.default.resource_context_injection]\nbudget_tokens = 10\nbudget_share = 0.5",
+            "bad.toml: pipelines.default.resource_context_injection.budget_share: give `budget_tokens` or `budget_share`, not both",
+        ),
+        (
+            "[pipelines.default.resource_context_injection]\nattachments = [{ server = \"a\", template = \"x://{id}\", arguments = { id = { var = \"i\", dflt = \"1\" } } }]",
+            "bad.toml: pipelines.default.resource_context_injection.attachments[0].arguments.id: expected a string, or { var = \"NAME\", default = \"VALUE\" } to take a turn variable",
+        ),
+        (
+            "[pipelines.default.resource_context_injection]\nattachments = [{ server = \"a\", template = \"x://{id}\" }]",
+            "bad.toml: pipelines.default.resource_context_injection.attachments[0].arguments: template `x://{id}` needs argument `id`",
+        ),
+        (
+            "[pipelines.default.tool_assembly]\nexploration = false",
+            "bad.toml: pipelines.default.tool_assembly.exploration: unknown field `exploration`, expected `exploration_tools` or `max_read_tokens`",
+        ),
+        (
+            "[mcp_servers.x]\ncommand = \"a\"\nargz = []",
+            "bad.toml: mcp_servers.x.argz: unknown key; known keys: type, command, args, env, cwd, url, headers, disabled, connect_timeout_ms, request_timeout_ms",
+        ),
+        (
+            "[model]\ncontext_window = 1000\nmax_output_tokens = 1000",
+            "bad.toml: model.max_output_tokens: 1000 leaves no input tokens in a 1000-token context window",
+        ),
+        (
+            "[pipeline.default]",
+            "bad.toml: pipeline: unknown field `pipeline`, expected one of `model`, `host`, `mcp_servers`, `pipelines` (line 1, column 2)",
+        ),
+    ];
+    for (toml, expected) in cases {
+        assert_eq!(build(toml).err().as_deref(), Some(expected), "for:\n{toml}");
+    }
+}
