@@ -64,6 +64,7 @@ pub async fn run(
             uri: Some(r.uri.clone()),
             template: None,
             arguments: Default::default(),
+            strategy: None,
         })
         .collect::<Vec<_>>();
     if attachments.is_empty() {

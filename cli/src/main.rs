@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use hostpipe_cli::App;
 use hostpipe_core::{Attachment, McpSource as _, TraceEvent, Turn};
 use hostpipe_runners::PreviewReport;
-use hostpipe_stages::convert::{Converted, convert};
+use hostpipe_stages::convert::{ConvertLimits, Converted, ResourceMeta, convert};
 
 /// Put MCP resources in front of a model: run a bot message through a pipeline.
 ///
@@ -392,14 +392,21 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                     c.mime_type().map(str::to_owned),
                     c.byte_len(),
                 );
-                let converted = convert(c, &app.config.model);
+                let converted = convert(
+                    c,
+                    &ResourceMeta::default(),
+                    &app.config.model,
+                    &ConvertLimits::default(),
+                );
                 if json {
                     let (kind, text) = match &converted {
                         Converted::Text(t) => ("text", Some(t.clone())),
                         Converted::Image { width, height, .. } => {
                             ("image", Some(format!("{width}x{height}")))
                         }
-                        Converted::Fallback { note, .. } => ("fallback", Some(note.clone())),
+                        Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
+                            ("fallback", Some(note.clone()))
+                        }
                     };
                     items.push(serde_json::json!({"uri": item_uri, "mime_type": mime, "bytes": bytes, "kind": kind, "text": text}));
                 } else {
@@ -416,7 +423,9 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                                 data.len()
                             )
                         }
-                        Converted::Fallback { note, .. } => println!("{note}"),
+                        Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
+                            println!("{note}")
+                        }
                     }
                 }
             }

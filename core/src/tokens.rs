@@ -80,6 +80,8 @@ pub struct Truncation {
     pub tokens: usize,
     /// Tokens of the original text that were left out (counted on the omitted text).
     pub omitted_tokens: usize,
+    /// Tokens of the original text.
+    pub original_tokens: usize,
 }
 
 type Slot = OnceLock<Result<CoreBPE, String>>;
@@ -191,6 +193,7 @@ impl Tokenizer {
                     text: out,
                     tokens: n,
                     omitted_tokens,
+                    original_tokens: total,
                 });
             }
             avail = avail.saturating_sub(n - max_tokens);

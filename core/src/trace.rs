@@ -13,18 +13,28 @@ pub struct ReadRecord {
     pub server: String,
     /// URI read (or the template, when expansion failed).
     pub uri: String,
+    /// MIME type of the content (or the listing's, when nothing was read).
+    #[serde(default)]
+    pub mime_type: Option<String>,
     /// Attachment scope.
     pub scope: Scope,
     /// Content bytes received (text as UTF-8, blobs decoded).
     pub bytes: usize,
     /// Tokens before treatment.
     pub tokens_before: usize,
+    /// Whether `tokens_before` is an estimate (a text far larger than its allowance is
+    /// not tokenized whole: about 4 bytes a token).
+    #[serde(default)]
+    pub tokens_estimated: bool,
     /// Tokens injected.
     pub tokens_after: usize,
     /// What was done.
     pub treatment: Treatment,
     /// How long the read took, in milliseconds.
     pub elapsed_ms: u64,
+    /// Whether the content came from hostpipe's cache instead of a `resources/read`.
+    #[serde(default)]
+    pub cache_hit: bool,
     /// The error, if the read failed.
     pub error: Option<String>,
 }

@@ -1,12 +1,19 @@
 //! `resource_context_injection`: reads the attached resources and fits them into the
 //! turn's token budget.
 //!
-//! First version: attachments at pipeline scope (config) and at message or conversation
-//! scope (on the [`Turn`]), static URIs or RFC 6570 templates; all reads run
-//! concurrently; blocks are fitted in scope order (message, conversation, pipeline),
-//! then attachment order, each whole if it fits what is left of the budget, else
-//! truncated token-exactly with a visible marker, else left out. The injected total never
-//! exceeds the budget.
+//! 1. Attachments at pipeline scope (config) and message or conversation scope (on the
+//!    [`Turn`]), static URIs or RFC 6570 templates, are resolved and de-duplicated.
+//! 2. The listing supplies each resource's annotations, size and MIME type. Resources
+//!    whose `annotations.audience` is only `["user"]` never go to the model; MIME types
+//!    outside the policy and resources over the byte limit are not read.
+//! 3. Ranking: scope (message > conversation > pipeline), then `annotations.priority`
+//!    (1.0 = must include), then `lastModified` (newer first), then attachment order.
+//! 4. All reads run concurrently; contents are converted by MIME type ([`convert`]).
+//! 5. The budget is split between blocks ([`crate::budget`]) and each text that does not
+//!    fit whole is shrunk by its strategy (chunk and select, summarize, truncate). The
+//!    injected total never exceeds the budget.
+//!
+//! [`convert`]: crate::convert
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,15 +21,16 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use hostpipe_core::{
-    ArgumentValue, Attachment, AttachmentTarget, BlockBody, BlockSource, BuildContext, ConfigError,
-    ContextBlock, FallbackReason, McpSource, ModelProfile, ReadRecord, ResourceContents, Scope,
-    SourceError, Stage, StageError, StageOutcome, StagePhase, TemplateRef, Tokenizer, TraceEvent,
-    Treatment, TruncationSide, Turn,
+    ArgumentValue, Attachment, AttachmentTarget, BlockSource, BuildContext, ConfigError,
+    FallbackReason, McpSource, ReadRecord, ResourceContents, Scope, SourceError, Stage, StageError,
+    StageOutcome, StagePhase, TemplateRef, Tokenizer, TraceEvent, TruncationSide, Turn,
 };
 use serde::Deserialize;
 
 use crate::config::parse_section;
-use crate::convert::{Converted, convert, image_tokens};
+use crate::convert::{ConvertLimits, Converted, ResourceMeta, convert};
+use crate::fit::{Caches, FitOptions, Item, Strategy, content_hash, fit};
+use crate::summarize::{ExtractiveSummarizer, Summarizer};
 use crate::uri_template;
 
 /// One attachment in the config: a static `uri`, or a `template` with `arguments`.
@@ -39,6 +47,20 @@ pub struct AttachmentConfig {
     /// variable.
     #[serde(default)]
     pub arguments: BTreeMap<String, ArgumentValue>,
+    /// How to shrink it when it does not fit; default: the section's `strategy`.
+    #[serde(default)]
+    pub strategy: Option<Strategy>,
+}
+
+/// Which summarizer `summarize` (and `auto`) use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SummarizerKind {
+    /// [`ExtractiveSummarizer`]: picks sentences, needs no model.
+    #[default]
+    Extractive,
+    /// No summaries: `auto` goes from chunk straight to truncate.
+    None,
 }
 
 /// Config section `[pipelines.ID.resource_context_injection]`.
@@ -46,14 +68,32 @@ pub struct AttachmentConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct InjectConfig {
     /// The budget in tokens. Never more than the model has left for input (context
-    /// window minus reserved output, system prompt, history and message): a larger value
-    /// is lowered to that, with a trace warning.
+    /// window minus reserved output, system prompt, history, message and the bound
+    /// servers' tool definitions): a larger value is lowered to that, with a trace
+    /// warning.
     pub budget_tokens: Option<usize>,
     /// Instead of `budget_tokens`: this share, in (0, 1], of what the model has left for
     /// input. Default (when neither is given) 0.5.
     pub budget_share: Option<f64>,
+    /// Default strategy for texts that do not fit whole. Default `auto`.
+    pub strategy: Strategy,
     /// Which part a truncation keeps. Default `head`.
     pub truncate: TruncationSide,
+    /// Chunk size for `chunk`, in tokens (approximate). Default 512.
+    pub chunk_tokens: usize,
+    /// Summarizer. Default `extractive`.
+    pub summarizer: SummarizerKind,
+    /// Largest resource read, in bytes (the listing's `size` is checked before the read,
+    /// the content after). Default 8 MiB.
+    pub max_resource_bytes: usize,
+    /// Most bytes read in one turn. Default 32 MiB.
+    pub max_turn_bytes: usize,
+    /// MIME types allowed (`type/subtype` or `type/*`); empty allows all.
+    pub mime_allow: Vec<String>,
+    /// MIME types refused (`type/subtype` or `type/*`); wins over `mime_allow`.
+    pub mime_deny: Vec<String>,
+    /// Largest image decoded, in pixels (width × height). Default 40 000 000.
+    pub max_image_pixels: u64,
     /// Pipeline-scope attachments.
     pub attachments: Vec<AttachmentConfig>,
 }
@@ -63,17 +103,49 @@ impl Default for InjectConfig {
         Self {
             budget_tokens: None,
             budget_share: None,
+            strategy: Strategy::Auto,
             truncate: TruncationSide::Head,
+            chunk_tokens: 512,
+            summarizer: SummarizerKind::Extractive,
+            max_resource_bytes: 8 * 1024 * 1024,
+            max_turn_bytes: 32 * 1024 * 1024,
+            mime_allow: Vec::new(),
+            mime_deny: Vec::new(),
+            max_image_pixels: ConvertLimits::default().max_image_pixels,
             attachments: Vec::new(),
         }
     }
 }
 
-/// Reads attached resources into [`ContextBlock`]s within a token budget.
+fn mime_matches(pattern: &str, mime: &str) -> bool {
+    let essence = mime
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let pattern = pattern.to_ascii_lowercase();
+    match pattern.strip_suffix("/*") {
+        Some(top) => essence.split('/').next() == Some(top),
+        None => essence == pattern,
+    }
+}
+
+impl InjectConfig {
+    /// Whether the MIME policy lets `mime` through.
+    pub fn mime_allowed(&self, mime: &str) -> bool {
+        !self.mime_deny.iter().any(|p| mime_matches(p, mime))
+            && (self.mime_allow.is_empty() || self.mime_allow.iter().any(|p| mime_matches(p, mime)))
+    }
+}
+
+/// Reads attached resources into [`hostpipe_core::ContextBlock`]s within a token budget.
 pub struct ResourceContextInjection {
     config: InjectConfig,
-    attachments: Vec<Attachment>,
+    attachments: Vec<(Attachment, Option<Strategy>)>,
     mcp: Arc<dyn McpSource>,
+    fit: FitOptions,
+    limits: ConvertLimits,
 }
 
 impl ResourceContextInjection {
@@ -86,7 +158,7 @@ impl ResourceContextInjection {
     /// [`ConfigError`] at `attachments[i]…` for an unknown server, neither or both of
     /// `uri` and `template`, an invalid template, a template variable without an
     /// argument or an argument the template does not have; at `budget_share` for a
-    /// share outside (0, 1].
+    /// share outside (0, 1] or given with `budget_tokens`; at `chunk_tokens` for 0.
     pub fn new(config: InjectConfig, mcp: Arc<dyn McpSource>) -> Result<Self, ConfigError> {
         if let Some(share) = config.budget_share {
             if config.budget_tokens.is_some() {
@@ -101,6 +173,9 @@ impl ResourceContextInjection {
                     format!("{share} is not in (0, 1]"),
                 ));
             }
+        }
+        if config.chunk_tokens == 0 {
+            return Err(ConfigError::new("chunk_tokens", "must be at least 1"));
         }
         let known: Vec<String> = mcp.servers().into_iter().map(|s| s.name).collect();
         let mut attachments = Vec::with_capacity(config.attachments.len());
@@ -161,29 +236,65 @@ impl ResourceContextInjection {
                     ));
                 }
             };
-            attachments.push(Attachment {
-                server: a.server.clone(),
-                target,
-                scope: Scope::Pipeline,
-            });
+            attachments.push((
+                Attachment {
+                    server: a.server.clone(),
+                    target,
+                    scope: Scope::Pipeline,
+                },
+                a.strategy,
+            ));
         }
+        let summarizer: Option<Arc<dyn Summarizer>> = match config.summarizer {
+            SummarizerKind::Extractive => Some(Arc::new(ExtractiveSummarizer)),
+            SummarizerKind::None => None,
+        };
+        let fit = FitOptions {
+            truncate: config.truncate,
+            chunk_tokens: config.chunk_tokens,
+            summarizer,
+            caches: Arc::new(Caches::default()),
+        };
+        let limits = ConvertLimits {
+            max_image_pixels: config.max_image_pixels,
+            ..ConvertLimits::default()
+        };
         Ok(Self {
             config,
             attachments,
             mcp,
+            fit,
+            limits,
         })
+    }
+
+    /// Replaces the summarizer (e.g. with a model-backed one).
+    pub fn with_summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> Self {
+        self.fit.summarizer = Some(summarizer);
+        self
     }
 
     /// The turn's budget in tokens: `budget_tokens`, or `budget_share` (default 0.5) of
     /// what the model has left for input; never more than what it has left.
-    fn budget(&self, turn: &mut Turn, tk: &Tokenizer) -> usize {
-        let used = turn.system_prompt.as_deref().map_or(0, |s| tk.count(s))
+    async fn budget(&self, turn: &mut Turn, tk: &Tokenizer) -> usize {
+        let mut used = turn.system_prompt.as_deref().map_or(0, |s| tk.count(s))
             + turn
                 .history
                 .iter()
                 .map(|m| tk.count(&m.text))
                 .sum::<usize>()
             + tk.count(&turn.message.text);
+        // The tool definitions of the bound servers will be sent too.
+        let connected: Vec<String> = turn.connected_servers().map(str::to_owned).collect();
+        for server in connected {
+            if let Ok(tools) = self.mcp.list_tools(&server).await {
+                for t in tools.iter() {
+                    used += tk.count(&t.name)
+                        + t.description.as_deref().map_or(0, |d| tk.count(d))
+                        + tk.count(&t.input_schema.to_string());
+                }
+            }
+        }
         let left = turn.model.input_tokens().saturating_sub(used);
         match self.config.budget_tokens {
             Some(b) if b > left => {
@@ -302,289 +413,334 @@ fn resolve(turn: &Turn, a: &Attachment) -> Resolved {
     Resolved { source, uri }
 }
 
+/// What the listing says about a resolved attachment.
+#[derive(Default)]
+struct Listed {
+    meta: ResourceMeta,
+    priority: Option<f32>,
+    last_modified: Option<String>,
+    user_only: bool,
+    size: Option<u64>,
+}
+
+async fn listed(mcp: &dyn McpSource, source: &BlockSource, uri: &str) -> Listed {
+    let mut out = Listed::default();
+    if let Some(t) = &source.template {
+        if let Ok(templates) = mcp.list_resource_templates(&source.server).await
+            && let Some(t) = templates.iter().find(|x| x.uri_template == t.uri_template)
+        {
+            out.meta = ResourceMeta {
+                name: Some(t.title.clone().unwrap_or_else(|| t.name.clone())),
+                description: t.description.clone(),
+                listed_mime: t.mime_type.clone(),
+            };
+            if let Some(a) = &t.annotations {
+                out.priority = a.priority;
+                out.last_modified.clone_from(&a.last_modified);
+                out.user_only = a.is_user_only();
+            }
+        }
+        return out;
+    }
+    if let Ok(resources) = mcp.list_resources(&source.server).await
+        && let Some(r) = resources.iter().find(|r| r.uri == uri)
+    {
+        out.meta = ResourceMeta {
+            name: Some(r.title.clone().unwrap_or_else(|| r.name.clone())),
+            description: r.description.clone(),
+            listed_mime: r.mime_type.clone(),
+        };
+        out.size = r.size;
+        if let Some(a) = &r.annotations {
+            out.priority = a.priority;
+            out.last_modified.clone_from(&a.last_modified);
+            out.user_only = a.is_user_only();
+        }
+    }
+    out
+}
+
+/// One attachment, resolved and looked up, in rank order.
+struct Planned {
+    source: BlockSource,
+    uri: Result<String, Failure>,
+    listed: Listed,
+    strategy: Strategy,
+}
+
 /// One attachment after reading.
 struct Fetched {
-    source: BlockSource,
+    planned: Planned,
     result: Result<Vec<ResourceContents>, Failure>,
     elapsed_ms: u64,
 }
 
-async fn read(mcp: &dyn McpSource, r: Resolved) -> Fetched {
-    let Resolved { mut source, uri } = r;
-    let uri = match uri {
-        Ok(uri) => uri,
-        Err(f) => {
+async fn read(mcp: &dyn McpSource, planned: Planned) -> Fetched {
+    let uri = match &planned.uri {
+        Ok(uri) => uri.clone(),
+        Err(_) => {
             return Fetched {
-                source,
-                result: Err(f),
+                planned,
+                result: Ok(Vec::new()),
                 elapsed_ms: 0,
             };
         }
     };
-    if let Ok(listed) = mcp.list_resources(&source.server).await
-        && let Some(r) = listed.iter().find(|r| r.uri == uri)
-    {
-        source.name = Some(r.title.clone().unwrap_or_else(|| r.name.clone()));
-    }
     let started = Instant::now();
     let result = mcp
-        .read_resource(&source.server, &uri)
+        .read_resource(&planned.source.server, &uri)
         .await
         .map_err(|e| Failure::read(&e));
     Fetched {
-        source,
+        planned,
         result,
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     }
 }
 
-/// Fits one converted item into what is left of the budget. Returns the block (if any
-/// part of it is injected), its tokens before treatment and its treatment.
-fn fit(
-    converted: Converted,
-    source: BlockSource,
-    mime_type: Option<String>,
-    remaining: &mut usize,
-    tk: &Tokenizer,
-    side: TruncationSide,
-) -> (Option<ContextBlock>, usize, Treatment) {
-    let block = |body, treatment: Treatment, before, after| ContextBlock {
-        source: source.clone(),
-        mime_type: mime_type.clone(),
-        body,
-        treatment,
-        tokens_before: before,
-        tokens_after: after,
-    };
-    match converted {
-        Converted::Text(text) => {
-            let tokens = tk.count(&text);
-            if tokens <= *remaining {
-                *remaining -= tokens;
-                return (
-                    Some(block(
-                        BlockBody::Text { text },
-                        Treatment::Whole,
-                        tokens,
-                        tokens,
-                    )),
-                    tokens,
-                    Treatment::Whole,
-                );
-            }
-            match tk.truncate(&text, *remaining, side) {
-                Some(t) => {
-                    *remaining -= t.tokens;
-                    let treatment = Treatment::Truncated {
-                        side,
-                        omitted_tokens: t.omitted_tokens,
-                    };
-                    (
-                        Some(block(
-                            BlockBody::Text { text: t.text },
-                            treatment.clone(),
-                            tokens,
-                            t.tokens,
-                        )),
-                        tokens,
-                        treatment,
-                    )
-                }
-                None => (None, tokens, Treatment::Omitted),
-            }
-        }
-        Converted::Image {
-            mime_type: m,
-            data,
-            width,
-            height,
-        } => {
-            let cost = image_tokens(width, height);
-            if cost <= *remaining {
-                *remaining -= cost;
-                let body = BlockBody::Image {
-                    mime_type: m,
-                    data,
-                    width,
-                    height,
-                };
-                (
-                    Some(block(body, Treatment::Whole, cost, cost)),
-                    cost,
-                    Treatment::Whole,
-                )
-            } else {
-                let note = format!(
-                    "[image resource {} ({width}×{height} px) not shown: no token budget left]",
-                    source.uri
-                );
-                fit_note(note, FallbackReason::NoBudget, cost, remaining, tk, &block)
-            }
-        }
-        Converted::Fallback { reason, note } => fit_note(note, reason, 0, remaining, tk, &block),
+fn record(
+    source: &BlockSource,
+    mime: Option<String>,
+    bytes: usize,
+    elapsed_ms: u64,
+    error: Option<String>,
+) -> ReadRecord {
+    ReadRecord {
+        server: source.server.clone(),
+        uri: source.uri.clone(),
+        mime_type: mime,
+        scope: source.scope,
+        bytes,
+        tokens_before: 0,
+        tokens_estimated: false,
+        tokens_after: 0,
+        treatment: hostpipe_core::Treatment::Omitted,
+        elapsed_ms,
+        cache_hit: false,
+        error,
     }
-}
-
-fn fit_note(
-    note: String,
-    reason: FallbackReason,
-    before: usize,
-    remaining: &mut usize,
-    tk: &Tokenizer,
-    block: &dyn Fn(BlockBody, Treatment, usize, usize) -> ContextBlock,
-) -> (Option<ContextBlock>, usize, Treatment) {
-    let cost = tk.count(&note);
-    if cost > *remaining {
-        return (None, before, Treatment::Omitted);
-    }
-    *remaining -= cost;
-    (
-        Some(block(
-            BlockBody::Fallback { reason, note },
-            Treatment::Omitted,
-            before,
-            cost,
-        )),
-        before,
-        Treatment::Omitted,
-    )
 }
 
 #[async_trait]
 impl Stage for ResourceContextInjection {
     async fn process(&self, turn: &mut Turn) -> Result<StageOutcome, StageError> {
         let tk = Tokenizer::new(turn.model.encoding).map_err(|e| StageError::msg(e.to_string()))?;
-        let budget = self.budget(turn, &tk);
-        let mut attachments: Vec<&Attachment> = self
-            .attachments
-            .iter()
-            .chain(turn.attachments.iter())
-            .collect();
-        // Narrower scope first; stable, so attachment order holds within a scope.
-        attachments.sort_by_key(|a| std::cmp::Reverse(a.scope));
-        let mut resolved: Vec<Resolved> = Vec::with_capacity(attachments.len());
-        for a in attachments {
-            let r = resolve(turn, a);
-            if let Ok(uri) = &r.uri
-                && resolved.iter().any(|o| {
-                    o.source.server == r.source.server && o.uri.as_ref().is_ok_and(|u| u == uri)
+        let budget = self.budget(turn, &tk).await;
+        turn.context_budget = Some(budget);
+
+        // Resolve, de-duplicate and look up every attachment.
+        let message_attachments: Vec<(Attachment, Option<Strategy>)> =
+            turn.attachments.iter().map(|a| (a.clone(), None)).collect();
+        let mut planned: Vec<Planned> = Vec::new();
+        for (a, strategy) in self.attachments.iter().chain(message_attachments.iter()) {
+            let Resolved { source, uri } = resolve(turn, a);
+            if let Ok(u) = &uri
+                && planned.iter().any(|p| {
+                    p.source.server == source.server && p.uri.as_ref().is_ok_and(|o| o == u)
                 })
             {
                 turn.trace.warn(format!(
-                    "{uri} from `{}` is attached more than once; read once",
-                    r.source.server
+                    "{u} from `{}` is attached more than once; read once",
+                    source.server
                 ));
                 continue;
             }
-            resolved.push(r);
+            let listed = match &uri {
+                Ok(u) => listed(self.mcp.as_ref(), &source, u).await,
+                Err(_) => Listed::default(),
+            };
+            planned.push(Planned {
+                source,
+                uri,
+                listed,
+                strategy: strategy.unwrap_or(self.config.strategy),
+            });
         }
-        let fetched = futures_util::future::join_all(
-            resolved.into_iter().map(|r| read(self.mcp.as_ref(), r)),
-        )
-        .await;
-        let model: Arc<ModelProfile> = Arc::clone(&turn.model);
-        let side = self.config.truncate;
-        let mut remaining = budget;
-        let mut blocks: Vec<ContextBlock> = Vec::new();
+        // Policy before any read: audience, MIME type, size.
         let mut records = Vec::new();
-        let mut warnings = Vec::new();
-        let mut seen_text: Vec<(String, u64)> = Vec::new();
+        planned.retain(|p| {
+            let why = if p.listed.user_only {
+                Some("its audience is the user only".to_owned())
+            } else if let Some(m) = p
+                .listed
+                .meta
+                .listed_mime
+                .as_deref()
+                .filter(|m| !self.config.mime_allowed(m))
+            {
+                Some(format!(
+                    "MIME type {m} is not allowed by the pipeline's policy"
+                ))
+            } else {
+                p.listed
+                    .size
+                    .filter(|&s| s > self.config.max_resource_bytes as u64)
+                    .map(|s| {
+                        format!(
+                            "{s} bytes is over max_resource_bytes ({})",
+                            self.config.max_resource_bytes
+                        )
+                    })
+            };
+            match why {
+                Some(why) => {
+                    records.push(record(
+                        &p.source,
+                        p.listed.meta.listed_mime.clone(),
+                        0,
+                        0,
+                        Some(format!("not read: {why}")),
+                    ));
+                    false
+                }
+                None => true,
+            }
+        });
+        // Rank: scope, then priority, then lastModified (newer first); stable.
+        planned.sort_by(|a, b| {
+            let p = |x: &Planned| x.listed.priority.unwrap_or(0.5);
+            b.source
+                .scope
+                .cmp(&a.source.scope)
+                .then(p(b).total_cmp(&p(a)))
+                .then(b.listed.last_modified.cmp(&a.listed.last_modified))
+        });
+        let fetched = if budget == 0 {
+            turn.trace
+                .warn("the resource budget is 0 tokens: nothing was read");
+            Vec::new()
+        } else {
+            futures_util::future::join_all(planned.into_iter().map(|p| read(self.mcp.as_ref(), p)))
+                .await
+        };
+
+        // Convert.
+        let model = Arc::clone(&turn.model);
+        let mut items = Vec::new();
+        let mut item_records = Vec::new();
+        let mut turn_bytes = 0usize;
+        let mut seen: Vec<(u64, String)> = Vec::new();
         for f in fetched {
-            let items = match f.result {
-                Ok(items) => items,
+            let Fetched {
+                planned: p,
+                result,
+                elapsed_ms,
+            } = f;
+            let must = p.listed.priority.is_some_and(|x| x >= 1.0);
+            let failure = match (&p.uri, result) {
+                (Err(failure), _) => Err(Failure {
+                    trace: failure.trace.clone(),
+                    model: failure.model,
+                    reason: failure.reason.clone(),
+                }),
+                (Ok(_), Err(failure)) => Err(failure),
+                (Ok(_), Ok(contents)) => Ok(contents),
+            };
+            let contents = match failure {
+                Ok(c) => c,
                 Err(failure) => {
                     let note = format!(
                         "[resource {} from `{}` not included: {}]",
-                        f.source.uri, f.source.server, failure.model
+                        p.source.uri, p.source.server, failure.model
                     );
-                    let converted = Converted::Fallback {
-                        reason: failure.reason,
-                        note,
-                    };
-                    let (block, _, treatment) =
-                        fit(converted, f.source.clone(), None, &mut remaining, &tk, side);
-                    records.push(ReadRecord {
-                        server: f.source.server.clone(),
-                        uri: f.source.uri.clone(),
-                        scope: f.source.scope,
-                        bytes: 0,
-                        tokens_before: 0,
-                        tokens_after: block.as_ref().map_or(0, |b| b.tokens_after),
-                        treatment,
-                        elapsed_ms: f.elapsed_ms,
-                        error: Some(failure.trace),
+                    item_records.push(record(&p.source, None, 0, elapsed_ms, Some(failure.trace)));
+                    items.push(Item {
+                        source: p.source,
+                        mime_type: None,
+                        converted: Converted::Fallback {
+                            reason: failure.reason,
+                            note,
+                        },
+                        must,
+                        strategy: p.strategy,
                     });
-                    blocks.extend(block);
                     continue;
                 }
             };
-            if items.is_empty() {
-                warnings.push(format!(
+            if contents.is_empty() {
+                turn.trace.warn(format!(
                     "resources/read of {} on `{}` returned no contents",
-                    f.source.uri, f.source.server
+                    p.source.uri, p.source.server
                 ));
             }
-            for item in items {
-                let mut source = f.source.clone();
+            for item in contents {
+                let mut source = p.source.clone();
                 item.uri().clone_into(&mut source.uri);
+                source.name.clone_from(&p.listed.meta.name);
                 let bytes = item.byte_len();
-                let mime = item.mime_type().map(str::to_owned);
-                let converted = convert(item, &model);
+                let mime = item
+                    .mime_type()
+                    .map(str::to_owned)
+                    .or_else(|| p.listed.meta.listed_mime.clone());
+                turn_bytes += bytes;
+                let refused = if bytes > self.config.max_resource_bytes {
+                    Some(format!(
+                        "{bytes} bytes is over max_resource_bytes ({})",
+                        self.config.max_resource_bytes
+                    ))
+                } else if turn_bytes > self.config.max_turn_bytes {
+                    Some(format!(
+                        "the turn has read {turn_bytes} bytes, over max_turn_bytes ({})",
+                        self.config.max_turn_bytes
+                    ))
+                } else {
+                    mime.as_deref()
+                        .filter(|m| !self.config.mime_allowed(m))
+                        .map(|m| format!("MIME type {m} is not allowed by the pipeline's policy"))
+                };
+                let converted = match refused {
+                    Some(error) => {
+                        let note = format!(
+                            "[resource {} from `{}` not included: too large or not allowed]",
+                            source.uri, source.server
+                        );
+                        Converted::Refused { error, note }
+                    }
+                    None => convert(item, &p.listed.meta, &model, &self.limits),
+                };
                 if let Converted::Text(text) = &converted {
-                    let hash = content_hash(text);
-                    if let Some((first, _)) = seen_text.iter().find(|(_, h)| *h == hash) {
-                        warnings.push(format!(
+                    let h = content_hash(text);
+                    if let Some((_, first)) = seen.iter().find(|(x, _)| *x == h) {
+                        turn.trace.warn(format!(
                             "{} from `{}` has the same text as {first}; injected once",
                             source.uri, source.server
                         ));
                         continue;
                     }
-                    seen_text.push((source.uri.clone(), hash));
+                    seen.push((h, source.uri.clone()));
                 }
-                let (block, before, treatment) =
-                    fit(converted, source.clone(), mime, &mut remaining, &tk, side);
-                if block.is_none() {
-                    let size = if before > 0 {
-                        format!(" ({before} tokens)")
-                    } else {
-                        String::new()
-                    };
-                    warnings.push(format!(
-                        "{} from `{}` left out{size}: nothing of the {budget}-token budget was left for it",
-                        source.uri, source.server
-                    ));
-                }
-                records.push(ReadRecord {
-                    server: source.server.clone(),
-                    uri: source.uri.clone(),
-                    scope: source.scope,
-                    bytes,
-                    tokens_before: before,
-                    tokens_after: block.as_ref().map_or(0, |b| b.tokens_after),
-                    treatment,
-                    elapsed_ms: f.elapsed_ms,
-                    error: None,
+                item_records.push(record(&source, mime.clone(), bytes, elapsed_ms, None));
+                items.push(Item {
+                    source,
+                    mime_type: mime,
+                    converted,
+                    must,
+                    strategy: p.strategy,
                 });
-                blocks.extend(block);
             }
+        }
+
+        // Fit.
+        let fitted = fit(items, budget, &turn.message.text, &tk, &self.fit).await;
+        for (f, mut r) in fitted.into_iter().zip(item_records) {
+            r.tokens_before = f.tokens_before;
+            r.tokens_estimated = f.estimated;
+            r.tokens_after = f.block.as_ref().map_or(0, |b| b.tokens_after);
+            r.treatment = f.treatment;
+            if let Some(w) = f.warning {
+                if r.error.is_none() && w.contains(" refused: ") {
+                    r.error = Some(w.clone());
+                }
+                turn.trace.warn(w);
+            }
+            records.push(r);
+            turn.context.extend(f.block);
         }
         for r in records {
             turn.trace.record(TraceEvent::ResourceRead(r));
         }
-        for w in warnings {
-            turn.trace.warn(w);
-        }
-        turn.context.extend(blocks);
-        turn.context_budget = Some(budget);
         Ok(StageOutcome::Continue)
     }
-}
-
-/// FNV-1a over the text: a cheap fingerprint to spot the same document under two URIs.
-fn content_hash(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 fn build(section: &serde_json::Value, ctx: &BuildContext) -> Result<Box<dyn Stage>, ConfigError> {

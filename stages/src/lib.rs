@@ -13,14 +13,20 @@
 //! section is a typed struct that rejects unknown keys.
 
 mod bind;
+pub mod budget;
+pub mod chunk;
 pub mod config;
 pub mod convert;
+pub mod fit;
 mod inject;
+pub mod summarize;
 mod tools;
 pub mod uri_template;
 
 pub use bind::{BindConfig, BindMcpServers, Binding};
-pub use inject::{AttachmentConfig, InjectConfig, ResourceContextInjection};
+pub use fit::Strategy;
+pub use inject::{AttachmentConfig, InjectConfig, ResourceContextInjection, SummarizerKind};
+pub use summarize::{ExtractiveSummarizer, Summarizer};
 pub use tools::{
     BoundTools, LIST_RESOURCES, MAX_TOOL_NAME_LEN, READ_RESOURCE, ToolAssembly, ToolAssemblyConfig,
     namespaced_name,

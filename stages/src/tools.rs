@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::config::parse_section;
-use crate::convert::{Converted, convert};
+use crate::convert::{ConvertLimits, Converted, ResourceMeta, convert};
 
 /// Longest tool name model APIs accept (OpenAI Chat Completions: `^[a-zA-Z0-9_-]{1,64}$`).
 pub const MAX_TOOL_NAME_LEN: usize = 64;
@@ -322,18 +322,27 @@ impl BoundTools {
         })?;
         let mut content = Vec::with_capacity(contents.len());
         for item in contents {
-            content.push(match convert(item, &self.model) {
-                Converted::Text(text) => {
-                    let text = tk
-                        .truncate(&text, self.max_read_tokens, TruncationSide::Head)
-                        .map_or(text, |t| t.text);
-                    ToolContent::Text { text }
-                }
-                Converted::Image {
-                    mime_type, data, ..
-                } => ToolContent::Image { mime_type, data },
-                Converted::Fallback { note, .. } => ToolContent::Text { text: note },
-            });
+            content.push(
+                match convert(
+                    item,
+                    &ResourceMeta::default(),
+                    &self.model,
+                    &ConvertLimits::default(),
+                ) {
+                    Converted::Text(text) => {
+                        let text = tk
+                            .truncate(&text, self.max_read_tokens, TruncationSide::Head)
+                            .map_or(text, |t| t.text);
+                        ToolContent::Text { text }
+                    }
+                    Converted::Image {
+                        mime_type, data, ..
+                    } => ToolContent::Image { mime_type, data },
+                    Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
+                        ToolContent::Text { text: note }
+                    }
+                },
+            );
         }
         Ok(ToolCallResult {
             content,

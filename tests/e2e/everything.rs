@@ -108,7 +108,7 @@ async fn a_blob_becomes_a_fallback_without_base64() {
     };
     assert_eq!(*reason, FallbackReason::Binary);
     assert!(
-        note.starts_with("[binary resource demo://resource/dynamic/blob/5 (text/plain, "),
+        note.starts_with("[binary resource demo://resource/dynamic/blob/5 not shown (Dynamic Blob Resource, text/plain, "),
         "{note}"
     );
     // The server's base64 starts with the encoding of "Resource 5: "; none of it may leak.
@@ -129,6 +129,7 @@ async fn a_200_token_budget_truncates_features_with_an_exact_marker() {
 servers = ["everything"]
 [pipelines.default.resource_context_injection]
 budget_tokens = 200
+strategy = "truncate"
 attachments = [{ server = "everything", uri = "demo://resource/static/document/features.md" }]
 "#,
     );

@@ -1,0 +1,292 @@
+//! Chunk and select: split a text into chunks sized in characters (cheap), rank them
+//! against the user's message with BM25, and keep the best that fit a token allowance,
+//! in document order, each with its locator.
+//!
+//! Only the chunks considered for the context are tokenized, so a 2 MB document costs
+//! one character-level split and one word scan, not a full tokenization.
+
+use std::fmt::Write as _;
+
+use hostpipe_core::Tokenizer;
+use text_splitter::{MarkdownSplitter, TextSplitter};
+
+/// One chunk of a document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// Byte range in the document.
+    pub range: std::ops::Range<usize>,
+    /// First line (1-based).
+    pub first_line: usize,
+    /// Last line (1-based).
+    pub last_line: usize,
+    /// Words in the chunk (BM25 length).
+    pub words: usize,
+}
+
+/// A document split into chunks. Depends only on the text, the splitter kind and the
+/// chunk size, so it can be cached by content hash.
+#[derive(Debug, Clone)]
+pub struct Chunked {
+    /// The chunks, in document order.
+    pub chunks: Vec<Chunk>,
+}
+
+/// Splits `text` into chunks of about `chunk_tokens` tokens (sized as `4 × chunk_tokens`
+/// characters: the usual English ratio; the exact count is taken later, only for what is
+/// kept). Markdown-aware when `markdown`, plain otherwise.
+pub fn split(text: &str, markdown: bool, chunk_tokens: usize) -> Chunked {
+    let chars = chunk_tokens.max(16) * 4;
+    let ranges: Vec<(usize, usize)> = if markdown {
+        MarkdownSplitter::new(chars)
+            .chunk_indices(text)
+            .map(|(o, c)| (o, c.len()))
+            .collect()
+    } else {
+        TextSplitter::new(chars)
+            .chunk_indices(text)
+            .map(|(o, c)| (o, c.len()))
+            .collect()
+    };
+    let newlines: Vec<usize> = text.match_indices('\n').map(|(i, _)| i).collect();
+    let line_of = |offset: usize| newlines.partition_point(|&n| n < offset) + 1;
+    let chunks = ranges
+        .into_iter()
+        .map(|(start, len)| {
+            let end = start + len;
+            Chunk {
+                range: start..end,
+                first_line: line_of(start),
+                last_line: line_of(end.saturating_sub(1).max(start)),
+                words: words(&text[start..end]).count(),
+            }
+        })
+        .collect();
+    Chunked { chunks }
+}
+
+/// Lowercase-insensitive word iterator: runs of alphanumeric characters.
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+}
+
+/// Whether `word` lowercased equals `lower` (already lowercase); no allocation for ASCII.
+fn eq_lower(word: &str, lower: &str) -> bool {
+    if word.is_ascii() {
+        word.len() == lower.len() && word.eq_ignore_ascii_case(lower)
+    } else {
+        word.to_lowercase() == lower
+    }
+}
+
+const STOPWORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
+    "i", "in", "is", "it", "me", "my", "of", "on", "or", "say", "says", "tell", "that", "the",
+    "this", "to", "was", "what", "when", "where", "which", "who", "why", "will", "with", "you",
+];
+
+/// The words of `query` worth ranking by: lowercase, deduplicated, without stop words.
+pub fn query_terms(query: &str) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    for w in words(query) {
+        let w = w.to_lowercase();
+        if !STOPWORDS.contains(&w.as_str()) && !terms.contains(&w) {
+            terms.push(w);
+        }
+    }
+    terms
+}
+
+/// BM25 scores (k1 = 1.2, b = 0.75; Robertson and Zaragoza, "The Probabilistic
+/// Relevance Framework: BM25 and Beyond", 2009) of each chunk for `terms`, treating the
+/// chunks of the document as the corpus.
+pub fn bm25(text: &str, chunked: &Chunked, terms: &[String]) -> Vec<f64> {
+    const K1: f64 = 1.2;
+    const B: f64 = 0.75;
+    let n = chunked.chunks.len();
+    if n == 0 || terms.is_empty() {
+        return vec![0.0; n];
+    }
+    // Term frequencies per chunk, for the query terms only.
+    let tf: Vec<Vec<u32>> = chunked
+        .chunks
+        .iter()
+        .map(|c| {
+            let mut counts = vec![0u32; terms.len()];
+            for w in words(&text[c.range.clone()]) {
+                for (i, t) in terms.iter().enumerate() {
+                    if eq_lower(w, t) {
+                        counts[i] += 1;
+                    }
+                }
+            }
+            counts
+        })
+        .collect();
+    let avg = chunked.chunks.iter().map(|c| c.words).sum::<usize>() as f64 / n as f64;
+    let idf: Vec<f64> = (0..terms.len())
+        .map(|i| {
+            let df = tf.iter().filter(|c| c[i] > 0).count() as f64;
+            ((n as f64 - df + 0.5) / (df + 0.5) + 1.0).ln()
+        })
+        .collect();
+    chunked
+        .chunks
+        .iter()
+        .zip(&tf)
+        .map(|(c, counts)| {
+            let norm = K1 * (1.0 - B + B * c.words as f64 / avg.max(1.0));
+            counts
+                .iter()
+                .zip(&idf)
+                .map(|(&f, idf)| {
+                    let f = f64::from(f);
+                    idf * f * (K1 + 1.0) / (f + norm)
+                })
+                .sum()
+        })
+        .collect()
+}
+
+/// The selected chunks, rendered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// The rendered text: each kept chunk under its locator line, in document order.
+    pub text: String,
+    /// Exact tokens of `text`.
+    pub tokens: usize,
+    /// Chunks kept.
+    pub kept: usize,
+    /// Chunks in all.
+    pub total: usize,
+}
+
+fn locator(i: usize, n: usize, c: &Chunk) -> String {
+    format!(
+        "[chunk {} of {n}, lines {}–{}]\n",
+        i + 1,
+        c.first_line,
+        c.last_line
+    )
+}
+
+/// Keeps the best-scoring chunks (score > 0) that fit `allowance` tokens, locators
+/// included, rendered in document order. `None` when no chunk scores above zero or
+/// none fits.
+pub fn select(
+    text: &str,
+    chunked: &Chunked,
+    scores: &[f64],
+    allowance: usize,
+    tk: &Tokenizer,
+) -> Option<Selection> {
+    let n = chunked.chunks.len();
+    let mut order: Vec<usize> = (0..n).filter(|&i| scores[i] > 0.0).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    let mut kept: Vec<(usize, usize)> = Vec::new(); // (chunk index, tokens)
+    let mut used = 0;
+    let mut misses = 0;
+    for i in order {
+        let c = &chunked.chunks[i];
+        let cost = tk.count(&locator(i, n, c)) + tk.count(&text[c.range.clone()]) + 1;
+        if used + cost <= allowance {
+            used += cost;
+            kept.push((i, cost));
+            misses = 0;
+        } else {
+            misses += 1;
+            // The best chunks are considered first; after a run of misses the rest are
+            // at least as unlikely to help, and each try costs a tokenization.
+            if misses >= 8 {
+                break;
+            }
+        }
+    }
+    loop {
+        if kept.is_empty() {
+            return None;
+        }
+        let mut in_order = kept.clone();
+        in_order.sort_unstable();
+        let mut out = String::new();
+        for (i, _) in &in_order {
+            let c = &chunked.chunks[*i];
+            out.push_str(&locator(*i, n, c));
+            out.push_str(text[c.range.clone()].trim_end());
+            out.push('\n');
+        }
+        let tokens = tk.count(&out);
+        if tokens <= allowance {
+            return Some(Selection {
+                text: out,
+                tokens,
+                kept: in_order.len(),
+                total: n,
+            });
+        }
+        // Joining can merge tokens differently; drop the weakest kept chunk and retry.
+        kept.pop();
+    }
+}
+
+/// A one-line description of `sel` for traces.
+pub fn describe(sel: &Selection) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "kept {} of {} chunks, {} tokens",
+        sel.kept, sel.total, sel.tokens
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use hostpipe_core::Encoding;
+
+    use super::*;
+
+    #[test]
+    fn the_chunk_with_the_answer_is_selected() {
+        let mut doc = String::new();
+        for i in 0..200 {
+            let _ = writeln!(
+                doc,
+                "## Section {i}\n\nGeneral text about pipelines and budgets, paragraph {i}.\n"
+            );
+        }
+        let needle =
+            "## Refunds\n\nA refund of the zebra subscription is granted within 14 days.\n";
+        let at = doc.len() / 2;
+        let at = doc.floor_char_boundary(at);
+        doc.insert_str(at, needle);
+        let tk = Tokenizer::new(Encoding::O200kBase).unwrap_or_else(|e| unreachable!("{e}"));
+        let chunked = split(&doc, true, 64);
+        assert!(chunked.chunks.len() > 20);
+        let terms = query_terms("How long do I have to get a zebra refund?");
+        assert_eq!(terms, ["long", "have", "get", "zebra", "refund"]);
+        let scores = bm25(&doc, &chunked, &terms);
+        let sel = select(&doc, &chunked, &scores, 120, &tk)
+            .unwrap_or_else(|| unreachable!("a selection"));
+        assert!(sel.text.contains("zebra subscription"), "{}", sel.text);
+        assert!(sel.tokens <= 120 && sel.tokens == tk.count(&sel.text));
+        assert!(sel.text.starts_with("[chunk "), "{}", sel.text);
+    }
+
+    #[test]
+    fn no_matching_term_means_no_selection() {
+        let tk = Tokenizer::new(Encoding::O200kBase).unwrap_or_else(|e| unreachable!("{e}"));
+        let doc = "alpha beta gamma\n".repeat(100);
+        let chunked = split(&doc, false, 32);
+        let scores = bm25(&doc, &chunked, &query_terms("delta"));
+        assert_eq!(select(&doc, &chunked, &scores, 500, &tk), None);
+    }
+
+    #[test]
+    fn locators_give_line_ranges() {
+        let doc = "one\ntwo\nthree\nfour\n";
+        let chunked = split(doc, false, 16);
+        assert_eq!(chunked.chunks[0].first_line, 1);
+        assert_eq!(chunked.chunks.last().map(|c| c.last_line), Some(4));
+    }
+}

@@ -1,0 +1,460 @@
+//! Fitting read contents into the budget: ranking, allocation, and the strategies
+//! (whole, chunk, summarize, truncate) that shrink a text to its allowance.
+
+use std::sync::Arc;
+
+use hostpipe_core::{
+    BlockBody, BlockSource, ContextBlock, FallbackReason, Tokenizer, Treatment, TruncationSide,
+};
+use serde::Deserialize;
+
+use crate::budget::{Need, allocate};
+use crate::chunk::{self, Chunked};
+use crate::convert::{Converted, image_tokens};
+use crate::summarize::Summarizer;
+
+/// How a text that does not fit is shrunk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Whole if it fits, else chunk and select (when the message has words to rank by),
+    /// else summarize (when a summarizer is configured), else truncate.
+    #[default]
+    Auto,
+    /// Whole or nothing.
+    Whole,
+    /// Chunk and select, else truncate.
+    Chunk,
+    /// Summarize, else truncate.
+    Summarize,
+    /// Truncate.
+    Truncate,
+}
+
+/// Settings of the fitting step.
+#[derive(Clone)]
+pub struct FitOptions {
+    /// Which part a truncation keeps.
+    pub truncate: TruncationSide,
+    /// Chunk size in tokens (approximate; chunks are cut in characters).
+    pub chunk_tokens: usize,
+    /// The summarizer, if summaries are allowed.
+    pub summarizer: Option<Arc<dyn Summarizer>>,
+    /// Caches of splits and summaries.
+    pub caches: Arc<Caches>,
+}
+
+/// Caches of work that depends only on content: chunk splits by content hash, summaries
+/// by (server, URI, content hash, target tokens), exact token counts by content hash.
+pub struct Caches {
+    splits: moka::sync::Cache<(u64, bool, usize), Arc<Chunked>>,
+    summaries: moka::sync::Cache<(String, String, u64, usize), Arc<str>>,
+    counts: moka::sync::Cache<u64, usize>,
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        Self {
+            splits: moka::sync::Cache::builder()
+                .max_capacity(64 * 1024 * 1024)
+                .weigher(|_, v: &Arc<Chunked>| {
+                    u32::try_from(v.chunks.len() * 48).unwrap_or(u32::MAX)
+                })
+                .build(),
+            summaries: moka::sync::Cache::builder()
+                .max_capacity(16 * 1024 * 1024)
+                .weigher(|_, v: &Arc<str>| u32::try_from(v.len()).unwrap_or(u32::MAX))
+                .build(),
+            counts: moka::sync::Cache::new(100_000),
+        }
+    }
+}
+
+/// FNV-1a 64 over bytes: a cheap content fingerprint (not for security).
+pub fn content_hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// One item to fit: its converted content and what ranking needs.
+pub struct Item {
+    /// Provenance.
+    pub source: BlockSource,
+    /// MIME type of the content.
+    pub mime_type: Option<String>,
+    /// The content.
+    pub converted: Converted,
+    /// Priority 1.0: served first.
+    pub must: bool,
+    /// Strategy for this item.
+    pub strategy: Strategy,
+}
+
+/// What fitting did to one item.
+pub struct Fitted {
+    /// The block, when anything of it goes to the model.
+    pub block: Option<ContextBlock>,
+    /// Tokens before treatment (see `estimated`).
+    pub tokens_before: usize,
+    /// Whether `tokens_before` is an estimate.
+    pub estimated: bool,
+    /// Treatment.
+    pub treatment: Treatment,
+    /// A problem worth a trace warning.
+    pub warning: Option<String>,
+}
+
+/// Above this many bytes per token of allowance, a text is taken as too large to fit
+/// whole without tokenizing it (no real text averages 6 bytes per token).
+const SURELY_TOO_LARGE_BYTES_PER_TOKEN: usize = 6;
+
+fn exact_count(text: &str, tk: &Tokenizer, caches: &Caches) -> usize {
+    let key = content_hash(text) ^ (tk.encoding() as u64).rotate_left(56);
+    caches.counts.get_with(key, || tk.count(text))
+}
+
+/// Fits `items` (in rank order) into `budget` tokens with `query` as the relevance hint.
+/// The injected total never exceeds `budget`.
+pub async fn fit(
+    items: Vec<Item>,
+    budget: usize,
+    query: &str,
+    tk: &Tokenizer,
+    opts: &FitOptions,
+) -> Vec<Fitted> {
+    // What each item would cost whole.
+    let costs: Vec<(usize, bool)> = items
+        .iter()
+        .map(|it| match &it.converted {
+            Converted::Text(t)
+                if t.len() > budget.saturating_mul(SURELY_TOO_LARGE_BYTES_PER_TOKEN) =>
+            {
+                (t.len().div_ceil(4), true)
+            }
+            Converted::Text(t) => (exact_count(t, tk, &opts.caches), false),
+            Converted::Image { width, height, .. } => (image_tokens(*width, *height), false),
+            Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
+                (tk.count(note), false)
+            }
+        })
+        .collect();
+    let needs: Vec<Need> = items
+        .iter()
+        .zip(&costs)
+        .map(|(it, (cost, _))| Need {
+            cost: *cost,
+            must: it.must,
+        })
+        .collect();
+    let allowances = allocate(budget, &needs);
+    let mut carry = 0usize;
+    let mut out = Vec::with_capacity(items.len());
+    for ((item, (cost, estimated)), allowance) in items.into_iter().zip(costs).zip(allowances) {
+        let allowance = allowance + carry;
+        let fitted = fit_one(item, cost, estimated, allowance, query, tk, opts).await;
+        let used = fitted.block.as_ref().map_or(0, |b| b.tokens_after);
+        carry = allowance - used.min(allowance);
+        out.push(fitted);
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn fit_one(
+    item: Item,
+    cost: usize,
+    estimated: bool,
+    allowance: usize,
+    query: &str,
+    tk: &Tokenizer,
+    opts: &FitOptions,
+) -> Fitted {
+    let Item {
+        source,
+        mime_type,
+        converted,
+        strategy,
+        ..
+    } = item;
+    let block = |body: BlockBody, treatment: Treatment, after: usize| ContextBlock {
+        source: source.clone(),
+        mime_type: mime_type.clone(),
+        body,
+        treatment,
+        tokens_before: cost,
+        tokens_after: after,
+    };
+    let done =
+        |block: Option<ContextBlock>, treatment: Treatment, warning: Option<String>| Fitted {
+            block,
+            tokens_before: cost,
+            estimated,
+            treatment,
+            warning,
+        };
+    let no_room = |what: &str| {
+        Some(format!(
+            "{} from `{}` left out: {what} ({cost}{} tokens) and {allowance} tokens were left for it",
+            source.uri,
+            source.server,
+            if estimated { "≈" } else { "" }
+        ))
+    };
+    match converted {
+        Converted::Text(text) => {
+            if !estimated && cost <= allowance {
+                return done(
+                    Some(block(BlockBody::Text { text }, Treatment::Whole, cost)),
+                    Treatment::Whole,
+                    None,
+                );
+            }
+            let plan: &[Strategy] = match strategy {
+                Strategy::Auto => &[Strategy::Chunk, Strategy::Summarize, Strategy::Truncate],
+                Strategy::Whole => &[],
+                Strategy::Chunk => &[Strategy::Chunk, Strategy::Truncate],
+                Strategy::Summarize => &[Strategy::Summarize, Strategy::Truncate],
+                Strategy::Truncate => &[Strategy::Truncate],
+            };
+            for step in plan {
+                if let Some((text, tokens, treatment, exact)) = shrink(
+                    *step,
+                    &text,
+                    &source,
+                    mime_type.as_deref(),
+                    allowance,
+                    query,
+                    tk,
+                    opts,
+                )
+                .await
+                {
+                    let mut b = block(BlockBody::Text { text }, treatment.clone(), tokens);
+                    let mut f = done(None, treatment, None);
+                    if let Some(exact) = exact {
+                        // A truncation tokenized the whole text anyway.
+                        (b.tokens_before, f.tokens_before, f.estimated) = (exact, exact, false);
+                    }
+                    f.block = Some(b);
+                    return f;
+                }
+            }
+            done(
+                None,
+                Treatment::Omitted,
+                no_room("too large to shrink into what was left"),
+            )
+        }
+        Converted::Image {
+            mime_type: m,
+            data,
+            width,
+            height,
+        } => {
+            if cost <= allowance {
+                return done(
+                    Some(block(
+                        BlockBody::Image {
+                            mime_type: m,
+                            data,
+                            width,
+                            height,
+                        },
+                        Treatment::Whole,
+                        cost,
+                    )),
+                    Treatment::Whole,
+                    None,
+                );
+            }
+            let note = format!(
+                "[image resource {} ({width}×{height} px) not shown: no token budget left for it]",
+                source.uri
+            );
+            let n = tk.count(&note);
+            if n <= allowance {
+                let body = BlockBody::Fallback {
+                    reason: FallbackReason::NoBudget,
+                    note,
+                };
+                return done(
+                    Some(block(body, Treatment::Omitted, n)),
+                    Treatment::Omitted,
+                    no_room("an image"),
+                );
+            }
+            done(None, Treatment::Omitted, no_room("an image"))
+        }
+        Converted::Fallback { reason, note } => {
+            if cost <= allowance {
+                return done(
+                    Some(block(
+                        BlockBody::Fallback { reason, note },
+                        Treatment::Omitted,
+                        cost,
+                    )),
+                    Treatment::Omitted,
+                    None,
+                );
+            }
+            done(None, Treatment::Omitted, no_room("its note"))
+        }
+        Converted::Refused { error, note } => {
+            let warning = Some(format!(
+                "{} from `{}` refused: {error}",
+                source.uri, source.server
+            ));
+            if cost <= allowance {
+                let body = BlockBody::Fallback {
+                    reason: FallbackReason::Binary,
+                    note,
+                };
+                return done(
+                    Some(block(body, Treatment::Omitted, cost)),
+                    Treatment::Omitted,
+                    warning,
+                );
+            }
+            done(None, Treatment::Omitted, warning)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn shrink(
+    step: Strategy,
+    text: &str,
+    source: &BlockSource,
+    mime: Option<&str>,
+    allowance: usize,
+    query: &str,
+    tk: &Tokenizer,
+    opts: &FitOptions,
+) -> Option<(String, usize, Treatment, Option<usize>)> {
+    match step {
+        Strategy::Chunk => {
+            let terms = chunk::query_terms(query);
+            if terms.is_empty() {
+                return None;
+            }
+            let markdown = mime.is_some_and(|m| {
+                m.starts_with("text/markdown") || m.starts_with("text/x-markdown")
+            });
+            let key = (content_hash(text), markdown, opts.chunk_tokens);
+            let chunked = opts.caches.splits.get_with(key, || {
+                Arc::new(chunk::split(text, markdown, opts.chunk_tokens))
+            });
+            let scores = chunk::bm25(text, &chunked, &terms);
+            let sel = chunk::select(text, &chunked, &scores, allowance, tk)?;
+            Some((
+                sel.text,
+                sel.tokens,
+                Treatment::Chunked {
+                    kept: sel.kept,
+                    total: sel.total,
+                },
+                None,
+            ))
+        }
+        Strategy::Summarize => {
+            let summarizer = opts.summarizer.as_ref()?;
+            let key = (
+                source.server.clone(),
+                source.uri.clone(),
+                content_hash(text),
+                allowance,
+            );
+            let summary = match opts.caches.summaries.get(&key) {
+                Some(s) => s,
+                None => {
+                    let s: Arc<str> = summarizer
+                        .summarize(text, query, allowance, tk)
+                        .await
+                        .ok()?
+                        .into();
+                    opts.caches.summaries.insert(key, Arc::clone(&s));
+                    s
+                }
+            };
+            let tokens = tk.count(&summary);
+            (tokens <= allowance)
+                .then(|| (summary.to_string(), tokens, Treatment::Summarized, None))
+        }
+        Strategy::Truncate => {
+            let t = tk.truncate(text, allowance, opts.truncate)?;
+            let treatment = Treatment::Truncated {
+                side: opts.truncate,
+                omitted_tokens: t.omitted_tokens,
+            };
+            Some((t.text, t.tokens, treatment, Some(t.original_tokens)))
+        }
+        Strategy::Auto | Strategy::Whole => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hostpipe_core::{Encoding, Scope};
+    use proptest::prelude::{ProptestConfig, any, prop_assert, prop_assert_eq, proptest};
+
+    use super::*;
+    use crate::summarize::ExtractiveSummarizer;
+
+    fn source(i: usize) -> BlockSource {
+        BlockSource {
+            server: "s".into(),
+            uri: format!("x://{i}"),
+            template: None,
+            scope: Scope::Pipeline,
+            name: None,
+        }
+    }
+
+    fn opts() -> FitOptions {
+        FitOptions {
+            truncate: TruncationSide::Head,
+            chunk_tokens: 64,
+            summarizer: Some(Arc::new(ExtractiveSummarizer)),
+            caches: Arc::new(Caches::default()),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn the_injected_total_never_exceeds_the_budget(
+            budget in 0usize..3000,
+            docs in proptest::collection::vec(("[a-z ]{0,40}(\n\n## [a-z]{1,8}\n)?[a-zé .,]{0,3000}", 0usize..5, any::<bool>()), 0..8),
+            query in "[a-z ]{0,30}",
+        ) {
+            let tk = Tokenizer::new(Encoding::O200kBase).unwrap_or_else(|e| unreachable!("{e}"));
+            let strategies = [Strategy::Auto, Strategy::Whole, Strategy::Chunk, Strategy::Summarize, Strategy::Truncate];
+            let items: Vec<Item> = docs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (text, s, must))| Item {
+                    source: source(i),
+                    mime_type: Some(if i % 2 == 0 { "text/markdown" } else { "text/plain" }.into()),
+                    converted: if i % 5 == 4 {
+                        Converted::Fallback { reason: FallbackReason::Binary, note: format!("[binary {text:.20}]") }
+                    } else {
+                        Converted::Text(text)
+                    },
+                    must,
+                    strategy: strategies[s],
+                })
+                .collect();
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap_or_else(|e| unreachable!("{e}"));
+            let fitted = rt.block_on(fit(items, budget, &query, &tk, &opts()));
+            let mut total = 0;
+            for f in &fitted {
+                if let Some(b) = &f.block {
+                    prop_assert_eq!(b.tokens_after, tk.count(b.text().unwrap_or("")));
+                    total += b.tokens_after;
+                }
+            }
+            prop_assert!(total <= budget, "{} > {}", total, budget);
+        }
+    }
+}
