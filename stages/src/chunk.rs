@@ -70,15 +70,6 @@ fn words(text: &str) -> impl Iterator<Item = &str> {
         .filter(|w| !w.is_empty())
 }
 
-/// Whether `word` lowercased equals `lower` (already lowercase); no allocation for ASCII.
-fn eq_lower(word: &str, lower: &str) -> bool {
-    if word.is_ascii() {
-        word.len() == lower.len() && word.eq_ignore_ascii_case(lower)
-    } else {
-        word.to_lowercase() == lower
-    }
-}
-
 const STOPWORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
     "i", "in", "is", "it", "me", "my", "of", "on", "or", "say", "says", "tell", "that", "the",
@@ -107,22 +98,30 @@ pub fn bm25(text: &str, chunked: &Chunked, terms: &[String]) -> Vec<f64> {
     if n == 0 || terms.is_empty() {
         return vec![0.0; n];
     }
-    // Term frequencies per chunk, for the query terms only.
-    let tf: Vec<Vec<u32>> = chunked
-        .chunks
-        .iter()
-        .map(|c| {
-            let mut counts = vec![0u32; terms.len()];
-            for w in words(&text[c.range.clone()]) {
-                for (i, t) in terms.iter().enumerate() {
-                    if eq_lower(w, t) {
-                        counts[i] += 1;
-                    }
-                }
-            }
-            counts
-        })
-        .collect();
+    // Term frequencies per chunk, for the query terms only: one pass of an
+    // Aho-Corasick automaton over the whole text (ASCII case-insensitive; a non-ASCII
+    // term matches as written in lowercase), keeping whole-word matches.
+    let mut tf: Vec<Vec<u32>> = vec![vec![0u32; terms.len()]; n];
+    let Ok(ac) = aho_corasick::AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+        .build(terms)
+    else {
+        return vec![0.0; n];
+    };
+    let is_word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    for m in ac.find_iter(text) {
+        if is_word(text[..m.start()].chars().next_back()) || is_word(text[m.end()..].chars().next())
+        {
+            continue;
+        }
+        let i = chunked.chunks.partition_point(|c| c.range.end <= m.start());
+        if let Some(c) = chunked.chunks.get(i)
+            && c.range.start <= m.start()
+        {
+            tf[i][m.pattern().as_usize()] += 1;
+        }
+    }
     let avg = chunked.chunks.iter().map(|c| c.words).sum::<usize>() as f64 / n as f64;
     let idf: Vec<f64> = (0..terms.len())
         .map(|i| {

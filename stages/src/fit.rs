@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use hostpipe_core::{
     BlockBody, BlockSource, ContextBlock, FallbackReason, Tokenizer, Treatment, TruncationSide,
 };
@@ -70,11 +72,10 @@ impl Default for Caches {
     }
 }
 
-/// FNV-1a 64 over bytes: a cheap content fingerprint (not for security).
+/// XXH3-64 of the text: a fast content fingerprint for caches and de-duplication (not
+/// for security; a collision would only reuse a split, count or summary).
 pub fn content_hash(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
 }
 
 /// One item to fit: its converted content and what ranking needs.
@@ -123,9 +124,9 @@ pub async fn fit(
     tk: &Tokenizer,
     opts: &FitOptions,
 ) -> Vec<Fitted> {
-    // What each item would cost whole.
+    // What each item would cost whole; texts are counted in parallel.
     let costs: Vec<(usize, bool)> = items
-        .iter()
+        .par_iter()
         .map(|it| match &it.converted {
             Converted::Text(t)
                 if t.len() > budget.saturating_mul(SURELY_TOO_LARGE_BYTES_PER_TOKEN) =>
@@ -148,16 +149,64 @@ pub async fn fit(
         })
         .collect();
     let allowances = allocate(budget, &needs);
+    // Chunk splits and BM25 scores depend only on the text and the query: prepare them
+    // for every text that will not fit whole, on all cores, before the sequential pass.
+    let terms = chunk::query_terms(query);
+    let prepared: Vec<Option<Scored>> = items
+        .par_iter()
+        .zip(&costs)
+        .zip(&allowances)
+        .map(|((it, (cost, estimated)), allowance)| match &it.converted {
+            Converted::Text(t)
+                if !terms.is_empty()
+                    && (*estimated || cost > allowance)
+                    && matches!(it.strategy, Strategy::Auto | Strategy::Chunk) =>
+            {
+                Some(score(t, it.mime_type.as_deref(), &terms, opts))
+            }
+            _ => None,
+        })
+        .collect();
     let mut carry = 0usize;
     let mut out = Vec::with_capacity(items.len());
-    for ((item, (cost, estimated)), allowance) in items.into_iter().zip(costs).zip(allowances) {
+    let rows = items.into_iter().zip(costs).zip(allowances).zip(prepared);
+    for (((item, (cost, estimated)), allowance), scored) in rows {
         let allowance = allowance + carry;
-        let fitted = fit_one(item, cost, estimated, allowance, query, tk, opts).await;
+        let fitted = fit_one(
+            item,
+            cost,
+            estimated,
+            allowance,
+            scored.as_ref(),
+            query,
+            tk,
+            opts,
+        )
+        .await;
         let used = fitted.block.as_ref().map_or(0, |b| b.tokens_after);
         carry = allowance - used.min(allowance);
         out.push(fitted);
     }
     out
+}
+
+/// A text split into chunks and scored against the query.
+struct Scored {
+    chunked: Arc<Chunked>,
+    scores: Vec<f64>,
+}
+
+/// Splits `text` (markdown-aware for `text/markdown`; the split is cached by content
+/// hash) and scores its chunks with BM25 against `terms`.
+fn score(text: &str, mime: Option<&str>, terms: &[String], opts: &FitOptions) -> Scored {
+    let markdown =
+        mime.is_some_and(|m| m.starts_with("text/markdown") || m.starts_with("text/x-markdown"));
+    let key = (content_hash(text), markdown, opts.chunk_tokens);
+    let chunked = opts.caches.splits.get_with(key, || {
+        Arc::new(chunk::split(text, markdown, opts.chunk_tokens))
+    });
+    let scores = chunk::bm25(text, &chunked, terms);
+    Scored { chunked, scores }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -166,6 +215,7 @@ async fn fit_one(
     cost: usize,
     estimated: bool,
     allowance: usize,
+    scored: Option<&Scored>,
     query: &str,
     tk: &Tokenizer,
     opts: &FitOptions,
@@ -218,17 +268,8 @@ async fn fit_one(
                 Strategy::Truncate => &[Strategy::Truncate],
             };
             for step in plan {
-                if let Some((text, tokens, treatment, exact)) = shrink(
-                    *step,
-                    &text,
-                    &source,
-                    mime_type.as_deref(),
-                    allowance,
-                    query,
-                    tk,
-                    opts,
-                )
-                .await
+                if let Some((text, tokens, treatment, exact)) =
+                    shrink(*step, &text, &source, scored, allowance, query, tk, opts).await
                 {
                     let mut b = block(BlockBody::Text { text }, treatment.clone(), tokens);
                     let mut f = done(None, treatment, None);
@@ -326,7 +367,7 @@ async fn shrink(
     step: Strategy,
     text: &str,
     source: &BlockSource,
-    mime: Option<&str>,
+    scored: Option<&Scored>,
     allowance: usize,
     query: &str,
     tk: &Tokenizer,
@@ -334,19 +375,8 @@ async fn shrink(
 ) -> Option<(String, usize, Treatment, Option<usize>)> {
     match step {
         Strategy::Chunk => {
-            let terms = chunk::query_terms(query);
-            if terms.is_empty() {
-                return None;
-            }
-            let markdown = mime.is_some_and(|m| {
-                m.starts_with("text/markdown") || m.starts_with("text/x-markdown")
-            });
-            let key = (content_hash(text), markdown, opts.chunk_tokens);
-            let chunked = opts.caches.splits.get_with(key, || {
-                Arc::new(chunk::split(text, markdown, opts.chunk_tokens))
-            });
-            let scores = chunk::bm25(text, &chunked, &terms);
-            let sel = chunk::select(text, &chunked, &scores, allowance, tk)?;
+            let scored = scored?;
+            let sel = chunk::select(text, &scored.chunked, &scored.scores, allowance, tk)?;
             Some((
                 sel.text,
                 sel.tokens,
