@@ -11,6 +11,7 @@ use crate::context::ContextBlock;
 use crate::error::RunError;
 use crate::model::ModelProfile;
 use crate::tool::{ToolExecutor, ToolSpec};
+use crate::trace::ReadRecord;
 use crate::turn::{HistoryMessage, Turn, TurnIds, UserMessage};
 
 /// Everything a runner needs for one turn: the uniform context interface. Runners
@@ -36,6 +37,9 @@ pub struct RunRequest {
     pub tool_executor: Option<Arc<dyn ToolExecutor>>,
     /// The model.
     pub model: ModelProfile,
+    /// Every resource read of the turn (including those left out, refused or failed),
+    /// from the trace, for runners that report on them.
+    pub reads: Vec<ReadRecord>,
 }
 
 impl RunRequest {
@@ -51,6 +55,7 @@ impl RunRequest {
             tools: std::mem::take(&mut turn.tools),
             tool_executor: turn.tool_executor.clone(),
             model: (*turn.model).clone(),
+            reads: turn.trace.reads().cloned().collect(),
         }
     }
 

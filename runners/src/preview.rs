@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 
 use async_trait::async_trait;
 use hostpipe_core::{
-    BlockBody, BuildContext, ConfigError, ContextBlock, EventSink, RunError, RunEvent, RunRequest,
-    Runner, Treatment, TruncationSide,
+    BlockBody, BuildContext, ConfigError, ContextBlock, EventSink, ReadRecord, RunError, RunEvent,
+    RunRequest, Runner, Treatment, TruncationSide,
 };
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +86,8 @@ pub struct PreviewReport {
     pub message: String,
     /// Budget totals.
     pub budget: PreviewBudget,
+    /// Every resource read of the turn, with what was done to it.
+    pub reads: Vec<ReadRecord>,
 }
 
 impl PreviewReport {
@@ -108,6 +110,7 @@ impl PreviewReport {
                 budget_tokens: request.context_budget,
                 used_tokens: request.context_tokens(),
             },
+            reads: request.reads.clone(),
         }
     }
 
@@ -156,28 +159,46 @@ impl PreviewReport {
             let _ = writeln!(out, "- {}: {}", t.name, first_line(&t.description));
         }
         let _ = writeln!(out, "\n== user\n{}", self.message);
-        let _ = writeln!(out, "\n== budget");
+        let _ = writeln!(out, "\n== resource reads");
         let width = self
-            .context
+            .reads
             .iter()
-            .map(|b| b.uri.chars().count())
+            .map(|r| r.uri.chars().count())
             .max()
             .unwrap_or(0)
-            .clamp(8, 60);
+            .clamp(8, 48);
         let _ = writeln!(
             out,
-            "{:<width$}  {:<22}  {:>7}  {:>7}",
-            "resource", "treatment", "before", "after"
+            "{:<width$}  {:<22}  {:>9}  {:<22}  {:>7}  {:>7}  {:>5}",
+            "resource", "mime", "bytes", "treatment", "before", "after", "ms"
         );
-        for b in &self.context {
-            let uri: String = b.uri.chars().take(width).collect();
+        for r in &self.reads {
+            let uri: String = r.uri.chars().take(width).collect();
+            let mime: String = r
+                .mime_type
+                .as_deref()
+                .unwrap_or("-")
+                .chars()
+                .take(22)
+                .collect();
+            let before = format!(
+                "{}{}",
+                if r.tokens_estimated { "≈" } else { "" },
+                r.tokens_before
+            );
+            let treatment = if r.error.is_some() && r.tokens_after == 0 {
+                "not included".to_owned()
+            } else {
+                treatment_label(&r.treatment)
+            };
             let _ = writeln!(
                 out,
-                "{uri:<width$}  {:<22}  {:>7}  {:>7}",
-                treatment_label(&b.treatment),
-                b.tokens_before,
-                b.tokens_after
+                "{uri:<width$}  {mime:<22}  {:>9}  {treatment:<22}  {before:>7}  {:>7}  {:>5}",
+                r.bytes, r.tokens_after, r.elapsed_ms
             );
+            if let Some(e) = &r.error {
+                let _ = writeln!(out, "{:<width$}    ↳ {e}", "");
+            }
         }
         let budget = self
             .budget
@@ -185,8 +206,8 @@ impl PreviewReport {
             .map_or_else(|| "no budget".to_owned(), |b| format!("{b} tokens"));
         let _ = writeln!(
             out,
-            "{:<width$}  {:<22}  {:>7}  {:>7} of {budget}",
-            "total", "", "", self.budget.used_tokens
+            "total: {} of {budget} injected",
+            self.budget.used_tokens
         );
         out
     }

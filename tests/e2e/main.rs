@@ -11,6 +11,7 @@
 
 mod cli;
 mod config;
+mod content;
 mod everything;
 mod failures;
 mod filesystem;
