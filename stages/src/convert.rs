@@ -265,7 +265,8 @@ fn downscale(
     let img = reader.decode().map_err(|e| format!("cannot decode: {e}"))?;
     let mut edge = model.max_image_edge_px.min(img.width().max(img.height()));
     for _ in 0..8 {
-        let scaled = img.resize(edge, edge, image::imageops::FilterType::Triangle);
+        // `thumbnail` is a fast box filter: a good downscale at a fraction of the cost.
+        let scaled = img.thumbnail(edge, edge);
         let mut out = Vec::new();
         scaled
             .write_to(&mut Cursor::new(&mut out), image::ImageFormat::Png)

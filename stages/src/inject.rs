@@ -696,6 +696,21 @@ impl Stage for ResourceContextInjection {
                         );
                         Converted::Refused { error, note }
                     }
+                    // Decoding and scaling an image takes up to a few hundred ms: off the
+                    // async workers.
+                    None if mime.as_deref().is_some_and(crate::convert::is_image) => {
+                        let (meta, model, limits) = (
+                            p.listed.meta.clone(),
+                            Arc::clone(&model),
+                            self.limits.clone(),
+                        );
+                        tokio::task::spawn_blocking(move || convert(item, &meta, &model, &limits))
+                            .await
+                            .unwrap_or_else(|e| Converted::Refused {
+                                error: format!("image conversion failed: {e}"),
+                                note: "[image resource not shown: conversion failed]".into(),
+                            })
+                    }
                     None => convert(item, &p.listed.meta, &model, &self.limits),
                 };
                 if let Converted::Text(text) = &converted {
