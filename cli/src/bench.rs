@@ -28,8 +28,9 @@ pub struct BenchResult {
 
 /// Connects to `server` (program and arguments) over stdio, attaches every listed
 /// resource at pipeline scope with a `budget`-token budget, and runs `turns` turns whose
-/// message is `query`. `no_cache` is accepted for the benchmark contract; this version
-/// keeps no content cache, so every turn reads and processes everything afresh anyway.
+/// message is `query`. With `no_cache`, every turn reads and processes everything afresh
+/// (no split, count or summary cache); otherwise the production caches apply. Every turn
+/// reads every resource either way: hostpipe has no content cache yet.
 ///
 /// # Errors
 /// When the server cannot be started or lists no resources.
@@ -37,7 +38,7 @@ pub async fn run(
     turns: usize,
     budget: usize,
     query: &str,
-    _no_cache: bool,
+    no_cache: bool,
     server: &[String],
 ) -> anyhow::Result<BenchResult> {
     let Some((command, args)) = server.split_first() else {
@@ -70,36 +71,42 @@ pub async fn run(
     if attachments.is_empty() {
         bail!("the bench server lists no resources");
     }
-    let bind = BindMcpServers::new(
-        BindConfig {
-            servers: vec![Binding::Name("bench".into())],
-        },
-        host.clone(),
-    )?;
-    let inject = ResourceContextInjection::new(
-        InjectConfig {
-            budget_tokens: Some(budget),
-            attachments,
-            ..InjectConfig::default()
-        },
-        host.clone(),
-    )?;
-    let pipeline = Pipeline::new(
-        "bench",
-        vec![
-            (BindMcpServers::NAME.into(), Box::new(bind)),
-            (ResourceContextInjection::NAME.into(), Box::new(inject)),
-        ],
-        (
-            PreviewRunner::NAME.into(),
-            Box::new(PreviewRunner::new(PreviewConfig::default())),
-        ),
-        Arc::new(ModelProfile::default()),
-        None,
-    );
+    let config = InjectConfig {
+        budget_tokens: Some(budget),
+        attachments,
+        ..InjectConfig::default()
+    };
+    // A pipeline owns its stages' caches (splits, token counts, summaries); `--no-cache`
+    // builds a fresh one every turn, so every turn processes everything afresh.
+    let build = || -> anyhow::Result<Pipeline> {
+        let bind = BindMcpServers::new(
+            BindConfig {
+                servers: vec![Binding::Name("bench".into())],
+            },
+            host.clone(),
+        )?;
+        let inject = ResourceContextInjection::new(config.clone(), host.clone())?;
+        Ok(Pipeline::new(
+            "bench",
+            vec![
+                (BindMcpServers::NAME.into(), Box::new(bind)),
+                (ResourceContextInjection::NAME.into(), Box::new(inject)),
+            ],
+            (
+                PreviewRunner::NAME.into(),
+                Box::new(PreviewRunner::new(PreviewConfig::default())),
+            ),
+            Arc::new(ModelProfile::default()),
+            None,
+        ))
+    };
+    let mut pipeline = build()?;
     let started = Instant::now();
     let mut tokens_injected = 0;
     for _ in 0..turns {
+        if no_cache {
+            pipeline = build()?;
+        }
         match pipeline.prepare(Turn::new("bench", query)).await {
             Prepared::Request(request, _) => tokens_injected = request.context_tokens(),
             Prepared::Ended(outcome) => bail!("the turn ended early: {}", outcome.reply),
