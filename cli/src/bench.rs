@@ -85,7 +85,8 @@ pub async fn run(
             },
             host.clone(),
         )?;
-        let inject = ResourceContextInjection::new(config.clone(), host.clone())?;
+        let inject =
+            ResourceContextInjection::new(config.clone(), host.clone(), &Default::default())?;
         Ok(Pipeline::new(
             "bench",
             vec![

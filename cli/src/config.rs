@@ -32,8 +32,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hostpipe_core::{BuildContext, ConfigError, McpSource, ModelProfile, Pipeline, Registry};
+use hostpipe_core::{
+    BuildContext, ConfigError, McpSource, ModelProfile, Pipeline, Registry, Summarizer,
+};
 use hostpipe_mcp::{HostOptions, RawServerEntry, ServerConfig, parse_mcp_servers_json};
+use hostpipe_runners::{OpenAiSummarizer, OpenAiSummarizerConfig};
 use serde::Deserialize;
 
 /// Where the embedded default configuration says it comes from, in errors.
@@ -91,7 +94,39 @@ struct FileConfig {
     #[serde(default)]
     mcp_servers: BTreeMap<String, RawServerEntry>,
     #[serde(default)]
+    summarizers: BTreeMap<String, SummarizerSection>,
+    #[serde(default)]
     pipelines: BTreeMap<String, toml::Table>,
+}
+
+/// `[summarizers.NAME]`: a model-backed summarizer that pipelines name in
+/// `resource_context_injection.summarizer`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummarizerSection {
+    /// `openai`: any OpenAI-compatible chat completions endpoint.
+    pub kind: SummarizerKind,
+    /// API base URL including the version, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// The environment variable that holds the API key, if the endpoint needs one.
+    pub api_key_env: Option<String>,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Request timeout in milliseconds. Default 60 000.
+    pub timeout_ms: Option<u64>,
+    /// Most document tokens sent. Default 12 000.
+    pub max_input_tokens: Option<usize>,
+}
+
+/// Kinds of model-backed summarizers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SummarizerKind {
+    /// OpenAI-compatible `POST /chat/completions`.
+    Openai,
 }
 
 /// A loaded, validated configuration (servers not yet connected).
@@ -105,6 +140,8 @@ pub struct LoadedConfig {
     pub host: HostOptions,
     /// Servers.
     pub servers: Vec<ServerConfig>,
+    /// Model-backed summarizers by name.
+    pub summarizers: BTreeMap<String, SummarizerSection>,
     pipelines: BTreeMap<String, toml::Table>,
 }
 
@@ -162,6 +199,7 @@ pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
         model: file.model,
         host,
         servers,
+        summarizers: file.summarizers,
         pipelines: file.pipelines,
     })
 }
@@ -260,6 +298,7 @@ impl LoadedConfig {
         mcp: Arc<dyn McpSource>,
     ) -> Result<BTreeMap<String, Pipeline>, ConfigError> {
         let model = Arc::new(self.model.clone());
+        let summarizers = self.build_summarizers()?;
         let mut out = BTreeMap::new();
         for (id, table) in &self.pipelines {
             let at = |k: &str| format!("pipelines.{id}{}{k}", if k.is_empty() { "" } else { "." });
@@ -317,6 +356,7 @@ impl LoadedConfig {
                 pipeline_id: id.clone(),
                 mcp: Arc::clone(&mcp),
                 model: Arc::clone(&model),
+                summarizers: summarizers.clone(),
             };
             let section = |name: &str| -> Result<serde_json::Value, ConfigError> {
                 table.get(name).map_or(Ok(serde_json::Value::Null), |v| {
@@ -350,6 +390,61 @@ impl LoadedConfig {
                     system_prompt,
                 ),
             );
+        }
+        Ok(out)
+    }
+}
+
+impl LoadedConfig {
+    /// The `[summarizers.*]`, built. The API key is read from the environment variable
+    /// the section names (the only environment read in hostpipe's configuration).
+    fn build_summarizers(&self) -> Result<BTreeMap<String, Arc<dyn Summarizer>>, ConfigError> {
+        let mut out: BTreeMap<String, Arc<dyn Summarizer>> = BTreeMap::new();
+        for (name, s) in &self.summarizers {
+            let at = |k: &str| {
+                ConfigError::new(
+                    format!(
+                        "summarizers.{name}{}{k}",
+                        if k.is_empty() { "" } else { "." }
+                    ),
+                    "",
+                )
+            };
+            let err = |k: &str, m: String| {
+                ConfigError {
+                    message: m,
+                    ..at(k)
+                }
+                .in_file(&self.source)
+            };
+            if matches!(name.as_str(), "extractive" | "none") {
+                return Err(err(
+                    "",
+                    format!("`{name}` is a built-in summarizer name; choose another"),
+                ));
+            }
+            let api_key = match &s.api_key_env {
+                None => None,
+                Some(var) => Some(std::env::var(var).map_err(|_| {
+                    err(
+                        "api_key_env",
+                        format!("environment variable `{var}` is not set"),
+                    )
+                })?),
+            };
+            let SummarizerKind::Openai = s.kind;
+            let mut config = OpenAiSummarizerConfig::new(&s.base_url, &s.model);
+            config.api_key = api_key;
+            config.headers.clone_from(&s.headers);
+            if let Some(ms) = s.timeout_ms {
+                config.timeout = Duration::from_millis(ms);
+            }
+            if let Some(n) = s.max_input_tokens {
+                config.max_input_tokens = n;
+            }
+            let summarizer =
+                OpenAiSummarizer::new(name.clone(), config).map_err(|e| err("", e.message))?;
+            out.insert(name.clone(), Arc::new(summarizer));
         }
         Ok(out)
     }

@@ -26,6 +26,7 @@ pub mod registry;
 pub mod run;
 pub mod source;
 pub mod stage;
+pub mod summarize;
 pub mod tokens;
 pub mod tool;
 pub mod trace;
@@ -49,6 +50,7 @@ pub use source::{
     ToolContent,
 };
 pub use stage::{Stage, StageOutcome};
+pub use summarize::{SummarizeError, Summarizer};
 pub use tokens::{Encoding, Tokenizer, Truncation};
 pub use tool::{ToolError, ToolExecutor, ToolOrigin, ToolSpec};
 pub use trace::{ReadRecord, Trace, TraceEvent, TraceRecord};

@@ -17,6 +17,7 @@ use crate::model::ModelProfile;
 use crate::run::Runner;
 use crate::source::McpSource;
 use crate::stage::Stage;
+use crate::summarize::Summarizer;
 
 /// Where a stage belongs in a turn. Pipelines list stages explicitly; the phase orders
 /// the registry's listing and documents intent.
@@ -57,6 +58,8 @@ pub struct BuildContext {
     pub mcp: Arc<dyn McpSource>,
     /// The pipeline's model.
     pub model: Arc<ModelProfile>,
+    /// Summarizers configured by name (besides the built-in `extractive`).
+    pub summarizers: BTreeMap<String, Arc<dyn Summarizer>>,
 }
 
 impl BuildContext {

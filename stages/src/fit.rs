@@ -13,7 +13,7 @@ use serde::Deserialize;
 use crate::budget::{Need, allocate};
 use crate::chunk::{self, Chunked};
 use crate::convert::{Converted, image_tokens};
-use crate::summarize::Summarizer;
+use hostpipe_core::Summarizer;
 
 /// How a text that does not fit is shrunk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -267,12 +267,24 @@ async fn fit_one(
                 Strategy::Summarize => &[Strategy::Summarize, Strategy::Truncate],
                 Strategy::Truncate => &[Strategy::Truncate],
             };
+            let mut problems = Vec::new();
             for step in plan {
-                if let Some((text, tokens, treatment, exact)) =
-                    shrink(*step, &text, &source, scored, allowance, query, tk, opts).await
+                if let Some((text, tokens, treatment, exact)) = shrink(
+                    *step,
+                    &text,
+                    &source,
+                    scored,
+                    allowance,
+                    query,
+                    tk,
+                    opts,
+                    &mut problems,
+                )
+                .await
                 {
                     let mut b = block(BlockBody::Text { text }, treatment.clone(), tokens);
-                    let mut f = done(None, treatment, None);
+                    let warning = (!problems.is_empty()).then(|| problems.join("; "));
+                    let mut f = done(None, treatment, warning);
                     if let Some(exact) = exact {
                         // A truncation tokenized the whole text anyway.
                         (b.tokens_before, f.tokens_before, f.estimated) = (exact, exact, false);
@@ -372,6 +384,7 @@ async fn shrink(
     query: &str,
     tk: &Tokenizer,
     opts: &FitOptions,
+    problems: &mut Vec<String>,
 ) -> Option<(String, usize, Treatment, Option<usize>)> {
     match step {
         Strategy::Chunk => {
@@ -398,11 +411,13 @@ async fn shrink(
             let summary = match opts.caches.summaries.get(&key) {
                 Some(s) => s,
                 None => {
-                    let s: Arc<str> = summarizer
-                        .summarize(text, query, allowance, tk)
-                        .await
-                        .ok()?
-                        .into();
+                    let s: Arc<str> = match summarizer.summarize(text, query, allowance, tk).await {
+                        Ok(s) => s.into(),
+                        Err(e) => {
+                            problems.push(format!("{} from `{}`: {e}", source.uri, source.server));
+                            return None;
+                        }
+                    };
                     opts.caches.summaries.insert(key, Arc::clone(&s));
                     s
                 }

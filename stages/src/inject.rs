@@ -30,8 +30,9 @@ use serde::Deserialize;
 use crate::config::parse_section;
 use crate::convert::{ConvertLimits, Converted, ResourceMeta, convert};
 use crate::fit::{Caches, FitOptions, Item, Strategy, content_hash, fit};
-use crate::summarize::{ExtractiveSummarizer, Summarizer};
+use crate::summarize::ExtractiveSummarizer;
 use crate::uri_template;
+use hostpipe_core::Summarizer;
 
 /// One attachment in the config: a static `uri`, or a `template` with `arguments`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -52,17 +53,6 @@ pub struct AttachmentConfig {
     pub strategy: Option<Strategy>,
 }
 
-/// Which summarizer `summarize` (and `auto`) use.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SummarizerKind {
-    /// [`ExtractiveSummarizer`]: picks sentences, needs no model.
-    #[default]
-    Extractive,
-    /// No summaries: `auto` goes from chunk straight to truncate.
-    None,
-}
-
 /// Config section `[pipelines.ID.resource_context_injection]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -81,8 +71,10 @@ pub struct InjectConfig {
     pub truncate: TruncationSide,
     /// Chunk size for `chunk`, in tokens (approximate). Default 512.
     pub chunk_tokens: usize,
-    /// Summarizer. Default `extractive`.
-    pub summarizer: SummarizerKind,
+    /// Summarizer: `extractive` (the default; picks sentences, needs no model), `none`
+    /// (`auto` goes from chunk straight to truncate), or the name of a configured one
+    /// (e.g. an OpenAI-compatible model).
+    pub summarizer: String,
     /// Largest resource read, in bytes (the listing's `size` is checked before the read,
     /// the content after). Default 8 MiB.
     pub max_resource_bytes: usize,
@@ -106,7 +98,7 @@ impl Default for InjectConfig {
             strategy: Strategy::Auto,
             truncate: TruncationSide::Head,
             chunk_tokens: 512,
-            summarizer: SummarizerKind::Extractive,
+            summarizer: "extractive".into(),
             max_resource_bytes: 8 * 1024 * 1024,
             max_turn_bytes: 32 * 1024 * 1024,
             mime_allow: Vec::new(),
@@ -158,8 +150,13 @@ impl ResourceContextInjection {
     /// [`ConfigError`] at `attachments[i]…` for an unknown server, neither or both of
     /// `uri` and `template`, an invalid template, a template variable without an
     /// argument or an argument the template does not have; at `budget_share` for a
-    /// share outside (0, 1] or given with `budget_tokens`; at `chunk_tokens` for 0.
-    pub fn new(config: InjectConfig, mcp: Arc<dyn McpSource>) -> Result<Self, ConfigError> {
+    /// share outside (0, 1] or given with `budget_tokens`; at `chunk_tokens` for 0; at
+    /// `summarizer` for a name that is neither built in nor in `summarizers`.
+    pub fn new(
+        config: InjectConfig,
+        mcp: Arc<dyn McpSource>,
+        summarizers: &BTreeMap<String, Arc<dyn Summarizer>>,
+    ) -> Result<Self, ConfigError> {
         if let Some(share) = config.budget_share {
             if config.budget_tokens.is_some() {
                 return Err(ConfigError::new(
@@ -245,9 +242,20 @@ impl ResourceContextInjection {
                 a.strategy,
             ));
         }
-        let summarizer: Option<Arc<dyn Summarizer>> = match config.summarizer {
-            SummarizerKind::Extractive => Some(Arc::new(ExtractiveSummarizer)),
-            SummarizerKind::None => None,
+        let summarizer: Option<Arc<dyn Summarizer>> = match config.summarizer.as_str() {
+            "extractive" => Some(Arc::new(ExtractiveSummarizer)),
+            "none" => None,
+            name => match summarizers.get(name) {
+                Some(s) => Some(Arc::clone(s)),
+                None => {
+                    let mut known = vec!["extractive", "none"];
+                    known.extend(summarizers.keys().map(String::as_str));
+                    return Err(ConfigError::new(
+                        "summarizer",
+                        format!("unknown summarizer `{name}`; known: {}", known.join(", ")),
+                    ));
+                }
+            },
         };
         let fit = FitOptions {
             truncate: config.truncate,
@@ -763,6 +771,7 @@ fn build(section: &serde_json::Value, ctx: &BuildContext) -> Result<Box<dyn Stag
     Ok(Box::new(ResourceContextInjection::new(
         config,
         Arc::clone(&ctx.mcp),
+        &ctx.summarizers,
     )?))
 }
 

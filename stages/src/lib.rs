@@ -25,8 +25,8 @@ pub mod uri_template;
 
 pub use bind::{BindConfig, BindMcpServers, Binding};
 pub use fit::Strategy;
-pub use inject::{AttachmentConfig, InjectConfig, ResourceContextInjection, SummarizerKind};
-pub use summarize::{ExtractiveSummarizer, Summarizer};
+pub use inject::{AttachmentConfig, InjectConfig, ResourceContextInjection};
+pub use summarize::ExtractiveSummarizer;
 pub use tools::{
     BoundTools, LIST_RESOURCES, MAX_TOOL_NAME_LEN, READ_RESOURCE, ToolAssembly, ToolAssemblyConfig,
     namespaced_name,

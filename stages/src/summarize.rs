@@ -1,38 +1,9 @@
-//! Summaries: the [`Summarizer`] trait and the default extractive summarizer, which
-//! needs no model.
+//! The default [`Summarizer`]: extractive, needs no model.
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use hostpipe_core::Tokenizer;
-
-/// A summary could not be made.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("summarizer failed: {0}")]
-pub struct SummarizeError(pub String);
-
-/// Makes a summary of a text within a token allowance.
-///
-/// Implementations must return text of at most `max_tokens` tokens as counted by `tk`;
-/// the stage checks and refuses a longer one.
-#[async_trait]
-pub trait Summarizer: Send + Sync {
-    /// A short name for traces, e.g. `extractive`.
-    fn name(&self) -> &str;
-
-    /// Summarizes `text` in at most `max_tokens` tokens, with `query` (the user's
-    /// message) as a hint of what matters.
-    ///
-    /// # Errors
-    /// [`SummarizeError`] when no summary can be made (the stage then truncates).
-    async fn summarize(
-        &self,
-        text: &str,
-        query: &str,
-        max_tokens: usize,
-        tk: &Tokenizer,
-    ) -> Result<String, SummarizeError>;
-}
+use hostpipe_core::{SummarizeError, Summarizer, Tokenizer};
 
 /// Picks the sentences whose words are most frequent in the document (and in the query),
 /// in document order, under a `[summary: …]` header. Deterministic; no model.
@@ -83,7 +54,10 @@ impl Summarizer for ExtractiveSummarizer {
     ) -> Result<String, SummarizeError> {
         let sents = sentences(text);
         if sents.is_empty() {
-            return Err(SummarizeError("no sentences to pick from".into()));
+            return Err(SummarizeError {
+                summarizer: self.name().into(),
+                message: "no sentences to pick from".into(),
+            });
         }
         let mut freq: HashMap<String, f64> = HashMap::new();
         for w in words(text) {
@@ -132,9 +106,10 @@ impl Summarizer for ExtractiveSummarizer {
             }
             chosen.pop();
         }
-        Err(SummarizeError(format!(
-            "no sentence fits {max_tokens} tokens"
-        )))
+        Err(SummarizeError {
+            summarizer: self.name().into(),
+            message: format!("no sentence fits {max_tokens} tokens"),
+        })
     }
 }
 

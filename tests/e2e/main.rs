@@ -17,6 +17,7 @@ mod failures;
 mod filesystem;
 mod python;
 mod registry;
+mod summarizer;
 
 use std::sync::Arc;
 
