@@ -435,72 +435,44 @@ async fn connect(slot: Arc<Slot>, options: HostOptions) {
     *slot.session.lock().await = Some(session);
 
     let mut warnings = Vec::new();
-    let tools = if caps.tools {
-        let p = peer.clone();
-        note_listing(
-            &mut warnings,
-            list_paged(&slot, "tools/list", &options, move |params| {
+    // One paged listing, converted; a failure or a cut becomes a warning.
+    macro_rules! prefetch {
+        ($method:literal, $call:ident, $field:ident, $conv:path) => {{
+            let p = peer.clone();
+            let listed = list_paged(&slot, $method, &options, move |params| {
                 let p = p.clone();
-                async move { p.list_tools(params).await.map(|r| (r.tools, r.next_cursor)) }
+                async move { p.$call(params).await.map(|r| (r.$field, r.next_cursor)) }
             })
-            .await,
-        )
-        .map(|v| v.into_iter().map(convert::tool).collect::<Arc<[_]>>())
+            .await;
+            note_listing(&mut warnings, listed)
+                .map(|v| v.into_iter().map($conv).collect::<Arc<[_]>>())
+        }};
+    }
+    let tools = if caps.tools {
+        prefetch!("tools/list", list_tools, tools, convert::tool)
     } else {
         None
     };
     let (resources, templates) = if caps.resources {
-        let p = peer.clone();
-        let resources = note_listing(
-            &mut warnings,
-            list_paged(&slot, "resources/list", &options, move |params| {
-                let p = p.clone();
-                async move {
-                    p.list_resources(params)
-                        .await
-                        .map(|r| (r.resources, r.next_cursor))
-                }
-            })
-            .await,
+        (
+            prefetch!(
+                "resources/list",
+                list_resources,
+                resources,
+                convert::resource
+            ),
+            prefetch!(
+                "resources/templates/list",
+                list_resource_templates,
+                resource_templates,
+                convert::resource_template
+            ),
         )
-        .map(|v| v.into_iter().map(convert::resource).collect::<Arc<[_]>>());
-        let p = peer.clone();
-        let templates = note_listing(
-            &mut warnings,
-            list_paged(&slot, "resources/templates/list", &options, move |params| {
-                let p = p.clone();
-                async move {
-                    p.list_resource_templates(params)
-                        .await
-                        .map(|r| (r.resource_templates, r.next_cursor))
-                }
-            })
-            .await,
-        )
-        .map(|v| {
-            v.into_iter()
-                .map(convert::resource_template)
-                .collect::<Arc<[_]>>()
-        });
-        (resources, templates)
     } else {
         (None, None)
     };
     let prompts = if caps.prompts {
-        let p = peer.clone();
-        note_listing(
-            &mut warnings,
-            list_paged(&slot, "prompts/list", &options, move |params| {
-                let p = p.clone();
-                async move {
-                    p.list_prompts(params)
-                        .await
-                        .map(|r| (r.prompts, r.next_cursor))
-                }
-            })
-            .await,
-        )
-        .map(|v| v.into_iter().map(convert::prompt).collect::<Arc<[_]>>())
+        prefetch!("prompts/list", list_prompts, prompts, convert::prompt)
     } else {
         None
     };
