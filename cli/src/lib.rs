@@ -67,11 +67,12 @@ impl App {
     /// When no pipeline has that id (the message lists the ids).
     pub fn pipeline(&self, id: &str) -> anyhow::Result<&Pipeline> {
         self.pipelines.get(id).with_context(|| {
-            format!(
-                "{}: no pipeline `{id}`; pipelines: {}",
-                self.config.source,
-                self.config.pipeline_ids().join(", ")
-            )
+            let ids = self.config.pipeline_ids();
+            if ids.is_empty() {
+                format!("{}: no pipeline `{id}`: the file defines no pipelines (add [pipelines.{id}], see docs/configuration.md)", self.config.source)
+            } else {
+                format!("{}: no pipeline `{id}`; pipelines: {}", self.config.source, ids.join(", "))
+            }
         })
     }
 

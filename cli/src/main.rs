@@ -385,6 +385,13 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Read { server, uri, json } => {
             let contents = app.host.read_resource(&server, &uri).await?;
+            // The listing's name, description and MIME type, as the pipeline uses them.
+            let listed = app.host.list_resources(&server).await?;
+            let meta = listed.iter().find(|r| r.uri == uri).map(|r| ResourceMeta {
+                name: Some(r.title.clone().unwrap_or_else(|| r.name.clone())),
+                description: r.description.clone(),
+                listed_mime: r.mime_type.clone(),
+            });
             let mut items = Vec::new();
             for c in contents {
                 let (item_uri, mime, bytes) = (
@@ -394,7 +401,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 );
                 let converted = convert(
                     c,
-                    &ResourceMeta::default(),
+                    meta.as_ref().unwrap_or(&ResourceMeta::default()),
                     &app.config.model,
                     &ConvertLimits::default(),
                 );

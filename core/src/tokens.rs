@@ -86,6 +86,30 @@ pub struct Truncation {
 
 type Slot = OnceLock<Result<CoreBPE, String>>;
 
+/// The last grapheme cluster boundary at or before byte `i` of `text`.
+fn floor_grapheme(text: &str, i: usize) -> usize {
+    let i = text.floor_char_boundary(i);
+    let mut cursor = unicode_segmentation::GraphemeCursor::new(i, text.len(), true);
+    match cursor.is_boundary(text, 0) {
+        Ok(true) => i,
+        _ => cursor.prev_boundary(text, 0).ok().flatten().unwrap_or(0),
+    }
+}
+
+/// The first grapheme cluster boundary at or after byte `i` of `text`.
+fn ceil_grapheme(text: &str, i: usize) -> usize {
+    let i = text.ceil_char_boundary(i);
+    let mut cursor = unicode_segmentation::GraphemeCursor::new(i, text.len(), true);
+    match cursor.is_boundary(text, 0) {
+        Ok(true) => i,
+        _ => cursor
+            .next_boundary(text, 0)
+            .ok()
+            .flatten()
+            .unwrap_or(text.len()),
+    }
+}
+
 fn slot(encoding: Encoding) -> &'static Slot {
     static O200K: Slot = OnceLock::new();
     static O200K_HARMONY: Slot = OnceLock::new();
@@ -176,9 +200,10 @@ impl Tokenizer {
                 TruncationSide::Tail => (0, avail),
                 TruncationSide::HeadTail => (avail.div_ceil(2), avail / 2),
             };
-            let head_end = text.floor_char_boundary(byte_len(&tokens[..head_k]));
-            let tail_start =
-                text.ceil_char_boundary(text.len() - byte_len(&tokens[total - tail_k..]));
+            // Cut on grapheme cluster boundaries (UAX #29): no half emoji sequence, no
+            // accent without its letter.
+            let head_end = floor_grapheme(text, byte_len(&tokens[..head_k]));
+            let tail_start = ceil_grapheme(text, text.len() - byte_len(&tokens[total - tail_k..]));
             let (head, tail) = (&text[..head_end], &text[tail_start.max(head_end)..]);
             let omitted_tokens = self.count(&text[head_end..tail_start.max(head_end)]);
             let marker = Self::marker(omitted_tokens);
@@ -258,6 +283,32 @@ mod tests {
                     TruncationSide::Head => assert!(tail.is_empty() && !head.is_empty()),
                     TruncationSide::Tail => assert!(head.is_empty() && !tail.is_empty()),
                     TruncationSide::HeadTail => assert!(!head.is_empty() && !tail.is_empty()),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cuts_fall_between_grapheme_clusters() {
+        use unicode_segmentation::UnicodeSegmentation as _;
+        let text = "👨\u{200d}👩\u{200d}👧 🇩🇪 e\u{301}\u{302} ".repeat(50);
+        let tk = tk();
+        let clusters: Vec<&str> = text.graphemes(true).collect();
+        for side in [
+            TruncationSide::Head,
+            TruncationSide::Tail,
+            TruncationSide::HeadTail,
+        ] {
+            for max in 10..60 {
+                let Some(t) = tk.truncate(&text, max, side) else {
+                    continue;
+                };
+                let marker = Tokenizer::marker(t.omitted_tokens);
+                let (head, tail) = t.text.split_once(&marker).unwrap();
+                for part in [head.trim_end_matches('\n'), tail.trim_start_matches('\n')] {
+                    for g in part.graphemes(true) {
+                        assert!(clusters.contains(&g), "{side:?} {max}: split cluster {g:?}");
+                    }
                 }
             }
         }

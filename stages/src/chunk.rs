@@ -76,16 +76,62 @@ const STOPWORDS: &[&str] = &[
     "this", "to", "was", "what", "when", "where", "which", "who", "why", "will", "with", "you",
 ];
 
+/// Chinese, Japanese and Korean characters: written without spaces between words.
+fn is_cjk(c: char) -> bool {
+    matches!(c, '\u{3040}'..='\u{30FF}' | '\u{3400}'..='\u{4DBF}' | '\u{4E00}'..='\u{9FFF}' | '\u{AC00}'..='\u{D7AF}')
+}
+
 /// The words of `query` worth ranking by: lowercase, deduplicated, without stop words.
+/// A run of CJK characters has no spaces to split on, so it gives its character bigrams
+/// (its single character when alone).
 pub fn query_terms(query: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
+    let mut push = |t: String| {
+        if !STOPWORDS.contains(&t.as_str()) && !terms.contains(&t) {
+            terms.push(t);
+        }
+    };
     for w in words(query) {
         let w = w.to_lowercase();
-        if !STOPWORDS.contains(&w.as_str()) && !terms.contains(&w) {
-            terms.push(w);
+        if w.chars().any(is_cjk) {
+            let chars: Vec<char> = w.chars().collect();
+            if chars.len() == 1 {
+                push(w);
+            }
+            for pair in chars.windows(2) {
+                push(pair.iter().collect());
+            }
+        } else {
+            push(w);
         }
     }
     terms
+}
+
+/// Surface forms of an English term that BM25 should count as the term: a light
+/// suffix strip (`-s`, `-es`, `-ed`, `-ing`, `-ly`) and the common endings back on,
+/// so "visitors park" finds "visitor parking".
+fn variants(term: &str) -> Vec<String> {
+    if !term.chars().all(|c| c.is_ascii_alphabetic()) || term.len() < 4 {
+        return vec![term.to_owned()];
+    }
+    let stem = ["ing", "ed", "es", "s", "ly"]
+        .iter()
+        .find_map(|suf| term.strip_suffix(suf).filter(|s| s.len() >= 3))
+        .unwrap_or(term);
+    let mut out = vec![term.to_owned()];
+    for v in [
+        stem.to_owned(),
+        format!("{stem}s"),
+        format!("{stem}es"),
+        format!("{stem}ed"),
+        format!("{stem}ing"),
+    ] {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
 }
 
 /// BM25 scores (k1 = 1.2, b = 0.75; Robertson and Zaragoza, "The Probabilistic
@@ -102,15 +148,24 @@ pub fn bm25(text: &str, chunked: &Chunked, terms: &[String]) -> Vec<f64> {
     // Aho-Corasick automaton over the whole text (ASCII case-insensitive; a non-ASCII
     // term matches as written in lowercase), keeping whole-word matches.
     let mut tf: Vec<Vec<u32>> = vec![vec![0u32; terms.len()]; n];
+    let mut patterns = Vec::new();
+    let mut term_of = Vec::new();
+    for (i, t) in terms.iter().enumerate() {
+        for v in variants(t) {
+            patterns.push(v);
+            term_of.push(i);
+        }
+    }
     let Ok(ac) = aho_corasick::AhoCorasick::builder()
         .ascii_case_insensitive(true)
         .match_kind(aho_corasick::MatchKind::LeftmostLongest)
-        .build(terms)
+        .build(&patterns)
     else {
         return vec![0.0; n];
     };
-    let is_word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let is_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() && !is_cjk(c));
     for m in ac.find_iter(text) {
+        // Whole words only (CJK text has no word boundaries to check).
         if is_word(text[..m.start()].chars().next_back()) || is_word(text[m.end()..].chars().next())
         {
             continue;
@@ -119,7 +174,7 @@ pub fn bm25(text: &str, chunked: &Chunked, terms: &[String]) -> Vec<f64> {
         if let Some(c) = chunked.chunks.get(i)
             && c.range.start <= m.start()
         {
-            tf[i][m.pattern().as_usize()] += 1;
+            tf[i][term_of[m.pattern().as_usize()]] += 1;
         }
     }
     let avg = chunked.chunks.iter().map(|c| c.words).sum::<usize>() as f64 / n as f64;
@@ -270,6 +325,28 @@ mod tests {
         assert!(sel.text.contains("zebra subscription"), "{}", sel.text);
         assert!(sel.tokens <= 120 && sel.tokens == tk.count(&sel.text));
         assert!(sel.text.starts_with("[chunk "), "{}", sel.text);
+    }
+
+    #[test]
+    fn variants_and_cjk_bigrams_match() {
+        let tk = Tokenizer::new(Encoding::O200kBase).unwrap_or_else(|e| unreachable!("{e}"));
+        let mut doc = String::new();
+        for i in 0..60 {
+            let _ = writeln!(doc, "## Part {i}\n\nNothing to see in part {i}.\n");
+        }
+        doc.push_str(
+            "## Parking\n\nVisitor parking is in lot Q7.\n\n## 停车\n\n访客停车场在温室后面。\n",
+        );
+        let chunked = split(&doc, true, 32);
+        for (q, needle) in [
+            ("Where do visitors park?", "lot Q7"),
+            ("停车场在哪里", "温室后面"),
+        ] {
+            let scores = bm25(&doc, &chunked, &query_terms(q));
+            let sel =
+                select(&doc, &chunked, &scores, 200, &tk).unwrap_or_else(|| unreachable!("{q}"));
+            assert!(sel.text.contains(needle), "{q}: {}", sel.text);
+        }
     }
 
     #[test]

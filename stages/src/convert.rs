@@ -175,6 +175,18 @@ pub fn convert(
 }
 
 fn text_or_binary(uri: String, mime: &str, data: Vec<u8>, meta: &ResourceMeta) -> Converted {
+    let charset = mime
+        .split(';')
+        .skip(1)
+        .find_map(|p| p.trim().strip_prefix("charset="))
+        .map(|c| c.trim_matches('"').to_ascii_lowercase());
+    if matches!(
+        charset.as_deref(),
+        Some("iso-8859-1" | "latin1" | "latin-1" | "us-ascii")
+    ) {
+        // ISO 8859-1 maps each byte to the code point of the same value.
+        return Converted::Text(data.iter().map(|&b| char::from(b)).collect());
+    }
     match String::from_utf8(data) {
         Ok(text) => Converted::Text(text),
         Err(e) => Converted::Fallback {
@@ -356,6 +368,18 @@ mod tests {
                 note: "[binary resource x://b not shown (text/plain, 5 bytes)]".into()
             }
         );
+    }
+
+    #[test]
+    fn latin1_blobs_are_decoded() {
+        let c = conv(
+            blob(
+                Some("text/plain; charset=ISO-8859-1"),
+                vec![b'c', b'a', b'f', 0xe9],
+            ),
+            &ModelProfile::default(),
+        );
+        assert_eq!(c, Converted::Text("café".into()));
     }
 
     #[test]

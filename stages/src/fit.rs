@@ -38,8 +38,12 @@ pub enum Strategy {
 pub struct FitOptions {
     /// Which part a truncation keeps.
     pub truncate: TruncationSide,
-    /// Chunk size in tokens (approximate; chunks are cut in characters).
+    /// Largest chunk size in tokens (approximate; chunks are cut in characters). A chunk
+    /// is at most half the allowance of its text, so that several can be kept.
     pub chunk_tokens: usize,
+    /// Below this many tokens a shrunk text is not worth sending: the lowest-ranked
+    /// texts are left out instead.
+    pub min_block_tokens: usize,
     /// The summarizer, if summaries are allowed.
     pub summarizer: Option<Arc<dyn Summarizer>>,
     /// Caches of splits and summaries.
@@ -146,12 +150,18 @@ pub async fn fit(
         .map(|(it, (cost, _))| Need {
             cost: *cost,
             must: it.must,
+            shrinkable: matches!(it.converted, Converted::Text(_))
+                && it.strategy != Strategy::Whole,
+            min_useful: opts.min_block_tokens,
+            tier: it.source.scope as u8,
         })
         .collect();
     let allowances = allocate(budget, &needs);
-    // Chunk splits and BM25 scores depend only on the text and the query: prepare them
-    // for every text that will not fit whole, on all cores, before the sequential pass.
+    // Chunk splits and BM25 scores depend only on the text, the query and the chunk size:
+    // prepare them for every text that will not fit whole, on all cores, before the
+    // sequential pass. Chunks are at most half the allowance, so several can be kept.
     let terms = chunk::query_terms(query);
+    let chunk_size = |allowance: usize| (allowance / 2).clamp(32, opts.chunk_tokens.max(32));
     let prepared: Vec<Option<Scored>> = items
         .par_iter()
         .zip(&costs)
@@ -162,30 +172,83 @@ pub async fn fit(
                     && (*estimated || cost > allowance)
                     && matches!(it.strategy, Strategy::Auto | Strategy::Chunk) =>
             {
-                Some(score(t, it.mime_type.as_deref(), &terms, opts))
+                Some(score(
+                    t,
+                    it.mime_type.as_deref(),
+                    &terms,
+                    chunk_size(budget.min(*allowance).max(1)),
+                    opts,
+                ))
             }
             _ => None,
         })
         .collect();
-    let mut carry = 0usize;
     let mut out = Vec::with_capacity(items.len());
-    let rows = items.into_iter().zip(costs).zip(allowances).zip(prepared);
-    for (((item, (cost, estimated)), allowance), scored) in rows {
-        let allowance = allowance + carry;
-        let fitted = fit_one(
+    for (i, item) in items.iter().enumerate() {
+        let (cost, estimated) = costs[i];
+        out.push(
+            fit_one(
+                item,
+                cost,
+                estimated,
+                allowances[i],
+                prepared[i].as_ref(),
+                query,
+                tk,
+                opts,
+            )
+            .await,
+        );
+    }
+    // What the first pass did not use (a summary shorter than its share, a chunk
+    // selection that found little) is offered again, in rank order, to the texts that
+    // were shrunk or left out.
+    let mut left = budget.saturating_sub(
+        out.iter()
+            .map(|f| f.block.as_ref().map_or(0, |b| b.tokens_after))
+            .sum(),
+    );
+    for (i, item) in items.iter().enumerate() {
+        if left < opts.min_block_tokens.min(costs[i].0)
+            || !needs[i].shrinkable
+            || out[i].treatment == Treatment::Whole
+        {
+            continue;
+        }
+        let used = out[i].block.as_ref().map_or(0, |b| b.tokens_after);
+        let allowance = used + left;
+        let (cost, estimated) = costs[i];
+        let rescored = match &prepared[i] {
+            Some(_) if !terms.is_empty() => {
+                let Converted::Text(t) = &item.converted else {
+                    continue;
+                };
+                Some(score(
+                    t,
+                    item.mime_type.as_deref(),
+                    &terms,
+                    chunk_size(allowance),
+                    opts,
+                ))
+            }
+            _ => None,
+        };
+        let again = fit_one(
             item,
             cost,
             estimated,
             allowance,
-            scored.as_ref(),
+            rescored.as_ref().or(prepared[i].as_ref()),
             query,
             tk,
             opts,
         )
         .await;
-        let used = fitted.block.as_ref().map_or(0, |b| b.tokens_after);
-        carry = allowance - used.min(allowance);
-        out.push(fitted);
+        let now = again.block.as_ref().map_or(0, |b| b.tokens_after);
+        if now > used {
+            left -= now - used;
+            out[i] = again;
+        }
     }
     out
 }
@@ -198,20 +261,27 @@ struct Scored {
 
 /// Splits `text` (markdown-aware for `text/markdown`; the split is cached by content
 /// hash) and scores its chunks with BM25 against `terms`.
-fn score(text: &str, mime: Option<&str>, terms: &[String], opts: &FitOptions) -> Scored {
+fn score(
+    text: &str,
+    mime: Option<&str>,
+    terms: &[String],
+    chunk_tokens: usize,
+    opts: &FitOptions,
+) -> Scored {
     let markdown =
         mime.is_some_and(|m| m.starts_with("text/markdown") || m.starts_with("text/x-markdown"));
-    let key = (content_hash(text), markdown, opts.chunk_tokens);
-    let chunked = opts.caches.splits.get_with(key, || {
-        Arc::new(chunk::split(text, markdown, opts.chunk_tokens))
-    });
+    let key = (content_hash(text), markdown, chunk_tokens);
+    let chunked = opts
+        .caches
+        .splits
+        .get_with(key, || Arc::new(chunk::split(text, markdown, chunk_tokens)));
     let scores = chunk::bm25(text, &chunked, terms);
     Scored { chunked, scores }
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn fit_one(
-    item: Item,
+    item: &Item,
     cost: usize,
     estimated: bool,
     allowance: usize,
@@ -255,7 +325,11 @@ async fn fit_one(
         Converted::Text(text) => {
             if !estimated && cost <= allowance {
                 return done(
-                    Some(block(BlockBody::Text { text }, Treatment::Whole, cost)),
+                    Some(block(
+                        BlockBody::Text { text: text.clone() },
+                        Treatment::Whole,
+                        cost,
+                    )),
                     Treatment::Whole,
                     None,
                 );
@@ -271,8 +345,8 @@ async fn fit_one(
             for step in plan {
                 if let Some((text, tokens, treatment, exact)) = shrink(
                     *step,
-                    &text,
-                    &source,
+                    text,
+                    source,
                     scored,
                     allowance,
                     query,
@@ -309,10 +383,10 @@ async fn fit_one(
                 return done(
                     Some(block(
                         BlockBody::Image {
-                            mime_type: m,
-                            data,
-                            width,
-                            height,
+                            mime_type: m.clone(),
+                            data: data.clone(),
+                            width: *width,
+                            height: *height,
                         },
                         Treatment::Whole,
                         cost,
@@ -343,7 +417,10 @@ async fn fit_one(
             if cost <= allowance {
                 return done(
                     Some(block(
-                        BlockBody::Fallback { reason, note },
+                        BlockBody::Fallback {
+                            reason: reason.clone(),
+                            note: note.clone(),
+                        },
                         Treatment::Omitted,
                         cost,
                     )),
@@ -361,7 +438,7 @@ async fn fit_one(
             if cost <= allowance {
                 let body = BlockBody::Fallback {
                     reason: FallbackReason::Binary,
-                    note,
+                    note: note.clone(),
                 };
                 return done(
                     Some(block(body, Treatment::Omitted, cost)),
@@ -460,6 +537,7 @@ mod tests {
         FitOptions {
             truncate: TruncationSide::Head,
             chunk_tokens: 64,
+            min_block_tokens: 16,
             summarizer: Some(Arc::new(ExtractiveSummarizer)),
             caches: Arc::new(Caches::default()),
         }

@@ -69,8 +69,12 @@ pub struct InjectConfig {
     pub strategy: Strategy,
     /// Which part a truncation keeps. Default `head`.
     pub truncate: TruncationSide,
-    /// Chunk size for `chunk`, in tokens (approximate). Default 512.
+    /// Largest chunk size for `chunk`, in tokens (approximate; a chunk is at most half
+    /// its text's allowance). Default 512.
     pub chunk_tokens: usize,
+    /// Below this many tokens a shrunk text is not worth sending: lower-ranked texts are
+    /// left out instead of cut to scraps. Default 64.
+    pub min_block_tokens: usize,
     /// Summarizer: `extractive` (the default; picks sentences, needs no model), `none`
     /// (`auto` goes from chunk straight to truncate), or the name of a configured one
     /// (e.g. an OpenAI-compatible model).
@@ -98,6 +102,7 @@ impl Default for InjectConfig {
             strategy: Strategy::Auto,
             truncate: TruncationSide::Head,
             chunk_tokens: 512,
+            min_block_tokens: 64,
             summarizer: "extractive".into(),
             max_resource_bytes: 8 * 1024 * 1024,
             max_turn_bytes: 32 * 1024 * 1024,
@@ -164,7 +169,7 @@ impl ResourceContextInjection {
                     "give `budget_tokens` or `budget_share`, not both",
                 ));
             }
-            if !(share > 0.0 && share <= 1.0) {
+            if !(share.is_finite() && share > 0.0 && share <= 1.0) {
                 return Err(ConfigError::new(
                     "budget_share",
                     format!("{share} is not in (0, 1]"),
@@ -260,6 +265,7 @@ impl ResourceContextInjection {
         let fit = FitOptions {
             truncate: config.truncate,
             chunk_tokens: config.chunk_tokens,
+            min_block_tokens: config.min_block_tokens,
             summarizer,
             caches: Arc::new(Caches::default()),
         };
@@ -431,6 +437,25 @@ struct Listed {
     size: Option<u64>,
 }
 
+impl Listed {
+    /// `annotations.priority` clamped to [0, 1] (MCP spec 2025-11-25, "Annotations"); 0.5
+    /// when absent or not a number.
+    fn priority(&self) -> f32 {
+        self.priority
+            .filter(|p| p.is_finite())
+            .map_or(0.5, |p| p.clamp(0.0, 1.0))
+    }
+
+    /// `annotations.lastModified` as milliseconds since the epoch; `None` (older than
+    /// any date) when absent or not ISO 8601 / RFC 3339.
+    fn last_modified_ms(&self) -> Option<i64> {
+        let raw = self.last_modified.as_deref()?;
+        chrono::DateTime::parse_from_rfc3339(raw.trim())
+            .ok()
+            .map(|t| t.timestamp_millis())
+    }
+}
+
 async fn listed(mcp: &dyn McpSource, source: &BlockSource, uri: &str) -> Listed {
     let mut out = Listed::default();
     if let Some(t) = &source.template {
@@ -540,7 +565,14 @@ impl Stage for ResourceContextInjection {
         let message_attachments: Vec<(Attachment, Option<Strategy>)> =
             turn.attachments.iter().map(|a| (a.clone(), None)).collect();
         let mut planned: Vec<Planned> = Vec::new();
-        for (a, strategy) in self.attachments.iter().chain(message_attachments.iter()) {
+        let mut all: Vec<&(Attachment, Option<Strategy>)> = self
+            .attachments
+            .iter()
+            .chain(message_attachments.iter())
+            .collect();
+        // Narrower scope first, so a resource attached twice keeps its narrowest scope.
+        all.sort_by_key(|(a, _)| std::cmp::Reverse(a.scope));
+        for (a, strategy) in all {
             let Resolved { source, uri } = resolve(turn, a);
             if let Ok(u) = &uri
                 && planned.iter().any(|p| {
@@ -606,12 +638,13 @@ impl Stage for ResourceContextInjection {
         });
         // Rank: scope, then priority, then lastModified (newer first); stable.
         planned.sort_by(|a, b| {
-            let p = |x: &Planned| x.listed.priority.unwrap_or(0.5);
+            let p = |x: &Planned| x.listed.priority();
+            let t = |x: &Planned| x.listed.last_modified_ms();
             b.source
                 .scope
                 .cmp(&a.source.scope)
                 .then(p(b).total_cmp(&p(a)))
-                .then(b.listed.last_modified.cmp(&a.listed.last_modified))
+                .then(t(b).cmp(&t(a)))
         });
         let fetched = if budget == 0 {
             turn.trace
@@ -634,7 +667,7 @@ impl Stage for ResourceContextInjection {
                 result,
                 elapsed_ms,
             } = f;
-            let must = p.listed.priority.is_some_and(|x| x >= 1.0);
+            let must = p.listed.priority() >= 1.0;
             let failure = match (&p.uri, result) {
                 (Err(failure), _) => Err(Failure {
                     trace: failure.trace.clone(),
