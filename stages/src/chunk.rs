@@ -29,6 +29,20 @@ pub struct Chunk {
 pub struct Chunked {
     /// The chunks, in document order.
     pub chunks: Vec<Chunk>,
+    /// Each chunk's rendered cost in tokens (locator line, text, newline), counted the
+    /// first time it is needed: a cached split makes a warm turn count nothing again.
+    /// Counts are for one encoding; a split is cached per encoding.
+    costs: Vec<std::sync::OnceLock<usize>>,
+}
+
+impl Chunked {
+    /// The rendered cost of chunk `i` of `text`.
+    fn cost(&self, text: &str, i: usize, tk: &Tokenizer) -> usize {
+        let n = self.chunks.len();
+        let c = &self.chunks[i];
+        *self.costs[i]
+            .get_or_init(|| tk.count(&locator(i, n, c)) + tk.count(&text[c.range.clone()]) + 1)
+    }
 }
 
 /// Splits `text` into chunks of about `chunk_tokens` tokens (sized as `4 × chunk_tokens`
@@ -49,7 +63,7 @@ pub fn split(text: &str, markdown: bool, chunk_tokens: usize) -> Chunked {
     };
     let newlines: Vec<usize> = text.match_indices('\n').map(|(i, _)| i).collect();
     let line_of = |offset: usize| newlines.partition_point(|&n| n < offset) + 1;
-    let chunks = ranges
+    let chunks: Vec<Chunk> = ranges
         .into_iter()
         .map(|(start, len)| {
             let end = start + len;
@@ -61,7 +75,8 @@ pub fn split(text: &str, markdown: bool, chunk_tokens: usize) -> Chunked {
             }
         })
         .collect();
-    Chunked { chunks }
+    let costs = chunks.iter().map(|_| std::sync::OnceLock::new()).collect();
+    Chunked { chunks, costs }
 }
 
 /// Lowercase-insensitive word iterator: runs of alphanumeric characters.
@@ -241,8 +256,7 @@ pub fn select(
     let mut used = 0;
     let mut misses = 0;
     for i in order {
-        let c = &chunked.chunks[i];
-        let cost = tk.count(&locator(i, n, c)) + tk.count(&text[c.range.clone()]) + 1;
+        let cost = chunked.cost(text, i, tk);
         if used + cost <= allowance {
             used += cost;
             kept.push((i, cost));

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use hostpipe_core::{
-    BlockBody, BlockSource, ContextBlock, FallbackReason, Tokenizer, Treatment, TruncationSide,
+    BlockBody, BlockSource, ContextBlock, Encoding, FallbackReason, Tokenizer, Treatment,
+    TruncationSide,
 };
 use serde::Deserialize;
 
@@ -53,7 +54,7 @@ pub struct FitOptions {
 /// Caches of work that depends only on content: chunk splits by content hash, summaries
 /// by (server, URI, content hash, target tokens), exact token counts by content hash.
 pub struct Caches {
-    splits: moka::sync::Cache<(u64, bool, usize), Arc<Chunked>>,
+    splits: moka::sync::Cache<(u64, bool, usize, Encoding), Arc<Chunked>>,
     summaries: moka::sync::Cache<(String, String, u64, usize), Arc<str>>,
     counts: moka::sync::Cache<u64, usize>,
 }
@@ -161,7 +162,7 @@ pub async fn fit(
     // prepare them for every text that will not fit whole, on all cores, before the
     // sequential pass. Chunks are at most half the allowance, so several can be kept.
     let terms = chunk::query_terms(query);
-    let chunk_size = |allowance: usize| (allowance / 2).clamp(32, opts.chunk_tokens.max(32));
+    let chunk_size = |allowance: usize| allowance.clamp(32, opts.chunk_tokens.max(32));
     let prepared: Vec<Option<Scored>> = items
         .par_iter()
         .zip(&costs)
@@ -177,6 +178,7 @@ pub async fn fit(
                     it.mime_type.as_deref(),
                     &terms,
                     chunk_size(budget.min(*allowance).max(1)),
+                    tk,
                     opts,
                 ))
             }
@@ -218,16 +220,19 @@ pub async fn fit(
         let used = out[i].block.as_ref().map_or(0, |b| b.tokens_after);
         let allowance = used + left;
         let (cost, estimated) = costs[i];
-        let rescored = match &prepared[i] {
-            Some(_) if !terms.is_empty() => {
-                let Converted::Text(t) = &item.converted else {
-                    continue;
-                };
+        // The first pass's split is reused (no second split of a large text); a text
+        // that had none gets one sized to its new allowance.
+        let fresh = match (&prepared[i], &item.converted) {
+            (None, Converted::Text(t))
+                if !terms.is_empty()
+                    && matches!(item.strategy, Strategy::Auto | Strategy::Chunk) =>
+            {
                 Some(score(
                     t,
                     item.mime_type.as_deref(),
                     &terms,
                     chunk_size(allowance),
+                    tk,
                     opts,
                 ))
             }
@@ -238,7 +243,7 @@ pub async fn fit(
             cost,
             estimated,
             allowance,
-            rescored.as_ref().or(prepared[i].as_ref()),
+            prepared[i].as_ref().or(fresh.as_ref()),
             query,
             tk,
             opts,
@@ -266,11 +271,12 @@ fn score(
     mime: Option<&str>,
     terms: &[String],
     chunk_tokens: usize,
+    tk: &Tokenizer,
     opts: &FitOptions,
 ) -> Scored {
     let markdown =
         mime.is_some_and(|m| m.starts_with("text/markdown") || m.starts_with("text/x-markdown"));
-    let key = (content_hash(text), markdown, chunk_tokens);
+    let key = (content_hash(text), markdown, chunk_tokens, tk.encoding());
     let chunked = opts
         .caches
         .splits
