@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use hostpipe_core::{
-    BoundServer, BuildContext, ConfigError, McpSource, Stage, StageError, StageOutcome, StagePhase,
-    TraceEvent, Turn,
+    BoundServer, BuildContext, ConfigError, McpSource, SourceError, Stage, StageError,
+    StageOutcome, StagePhase, TraceEvent, Turn,
 };
 use serde::Deserialize;
 
@@ -70,18 +70,11 @@ impl BindMcpServers {
         let known: Vec<String> = mcp.servers().into_iter().map(|s| s.name).collect();
         for (i, b) in config.servers.iter().enumerate() {
             if !known.iter().any(|k| k == b.name()) {
-                let list = if known.is_empty() {
-                    "(none)".to_owned()
-                } else {
-                    known.join(", ")
+                let e = SourceError::UnknownServer {
+                    server: b.name().to_owned(),
+                    known: known.clone(),
                 };
-                return Err(ConfigError::new(
-                    format!("servers[{i}]"),
-                    format!(
-                        "unknown MCP server `{}`; configured servers: {list}",
-                        b.name()
-                    ),
-                ));
+                return Err(ConfigError::new(format!("servers[{i}]"), e.to_string()));
             }
             if config.servers[..i].iter().any(|o| o.name() == b.name()) {
                 return Err(ConfigError::new(

@@ -185,18 +185,11 @@ impl ResourceContextInjection {
             let at =
                 |k: &str| format!("attachments[{i}]{}{k}", if k.is_empty() { "" } else { "." });
             if !known.contains(&a.server) {
-                let list = if known.is_empty() {
-                    "(none)".to_owned()
-                } else {
-                    known.join(", ")
+                let e = SourceError::UnknownServer {
+                    server: a.server.clone(),
+                    known: known.clone(),
                 };
-                return Err(ConfigError::new(
-                    at("server"),
-                    format!(
-                        "unknown MCP server `{}`; configured servers: {list}",
-                        a.server
-                    ),
-                ));
+                return Err(ConfigError::new(at("server"), e.to_string()));
             }
             let target = match (&a.uri, &a.template) {
                 (Some(uri), None) => {
