@@ -45,21 +45,88 @@ impl Chunked {
     }
 }
 
+/// How a text is split: by its structure where text-splitter understands it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SplitKind {
+    /// Markdown: headings, then paragraphs, then sentences.
+    Markdown,
+    /// Rust source, by syntax tree (tree-sitter).
+    Rust,
+    /// Python source, by syntax tree.
+    Python,
+    /// JavaScript source, by syntax tree.
+    JavaScript,
+    /// Plain text: paragraphs, sentences, words.
+    Plain,
+}
+
+impl SplitKind {
+    /// The kind for a MIME type, falling back to the URI's file extension when the MIME
+    /// type is missing or generic (`text/plain`).
+    pub fn detect(mime: Option<&str>, uri: &str) -> Self {
+        let essence = mime.map(|m| {
+            m.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+        match essence.as_deref() {
+            Some("text/markdown" | "text/x-markdown") => return Self::Markdown,
+            Some("text/x-rust" | "text/rust") => return Self::Rust,
+            Some(
+                "text/x-python" | "text/python" | "application/x-python" | "text/x-script.python",
+            ) => return Self::Python,
+            Some(
+                "text/javascript"
+                | "application/javascript"
+                | "text/ecmascript"
+                | "application/ecmascript",
+            ) => {
+                return Self::JavaScript;
+            }
+            None | Some("text/plain" | "application/octet-stream") => {}
+            Some(_) => return Self::Plain,
+        }
+        let path = uri.split(['?', '#']).next().unwrap_or(uri);
+        match path
+            .rsplit_once('.')
+            .map(|(_, ext)| ext.to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("md" | "markdown") => Self::Markdown,
+            Some("rs") => Self::Rust,
+            Some("py") => Self::Python,
+            Some("js" | "mjs" | "cjs") => Self::JavaScript,
+            _ => Self::Plain,
+        }
+    }
+}
+
 /// Splits `text` into chunks of about `chunk_tokens` tokens (sized as `4 × chunk_tokens`
 /// characters: the usual English ratio; the exact count is taken later, only for what is
-/// kept). Markdown-aware when `markdown`, plain otherwise.
-pub fn split(text: &str, markdown: bool, chunk_tokens: usize) -> Chunked {
+/// kept), along the structure `kind` knows.
+pub fn split(text: &str, kind: SplitKind, chunk_tokens: usize) -> Chunked {
     let chars = chunk_tokens.max(16) * 4;
-    let ranges: Vec<(usize, usize)> = if markdown {
-        MarkdownSplitter::new(chars)
-            .chunk_indices(text)
-            .map(|(o, c)| (o, c.len()))
-            .collect()
+    let collect = |it: &mut dyn Iterator<Item = (usize, &str)>| {
+        it.map(|(o, c)| (o, c.len())).collect::<Vec<_>>()
+    };
+    let code = |language: tree_sitter_language::LanguageFn| {
+        text_splitter::CodeSplitter::new(language, chars)
+            .map(|s| collect(&mut s.chunk_indices(text)))
+    };
+    let ranges: Vec<(usize, usize)> = match kind {
+        SplitKind::Markdown => collect(&mut MarkdownSplitter::new(chars).chunk_indices(text)),
+        SplitKind::Rust => code(tree_sitter_rust::LANGUAGE).unwrap_or_default(),
+        SplitKind::Python => code(tree_sitter_python::LANGUAGE).unwrap_or_default(),
+        SplitKind::JavaScript => code(tree_sitter_javascript::LANGUAGE).unwrap_or_default(),
+        SplitKind::Plain => Vec::new(),
+    };
+    // A grammar that fails to load (a version mismatch) falls back to plain splitting.
+    let ranges = if ranges.is_empty() && !text.is_empty() {
+        collect(&mut TextSplitter::new(chars).chunk_indices(text))
     } else {
-        TextSplitter::new(chars)
-            .chunk_indices(text)
-            .map(|(o, c)| (o, c.len()))
-            .collect()
+        ranges
     };
     let newlines: Vec<usize> = text.match_indices('\n').map(|(i, _)| i).collect();
     let line_of = |offset: usize| newlines.partition_point(|&n| n < offset) + 1;
@@ -329,7 +396,7 @@ mod tests {
         let at = doc.floor_char_boundary(at);
         doc.insert_str(at, needle);
         let tk = Tokenizer::new(Encoding::O200kBase).unwrap_or_else(|e| unreachable!("{e}"));
-        let chunked = split(&doc, true, 64);
+        let chunked = split(&doc, SplitKind::Markdown, 64);
         assert!(chunked.chunks.len() > 20);
         let terms = query_terms("How long do I have to get a zebra refund?");
         assert_eq!(terms, ["long", "have", "get", "zebra", "refund"]);
@@ -351,7 +418,7 @@ mod tests {
         doc.push_str(
             "## Parking\n\nVisitor parking is in lot Q7.\n\n## 停车\n\n访客停车场在温室后面。\n",
         );
-        let chunked = split(&doc, true, 32);
+        let chunked = split(&doc, SplitKind::Markdown, 32);
         for (q, needle) in [
             ("Where do visitors park?", "lot Q7"),
             ("停车场在哪里", "温室后面"),
@@ -367,15 +434,52 @@ mod tests {
     fn no_matching_term_means_no_selection() {
         let tk = Tokenizer::new(Encoding::O200kBase).unwrap_or_else(|e| unreachable!("{e}"));
         let doc = "alpha beta gamma\n".repeat(100);
-        let chunked = split(&doc, false, 32);
+        let chunked = split(&doc, SplitKind::Plain, 32);
         let scores = bm25(&doc, &chunked, &query_terms("delta"));
         assert_eq!(select(&doc, &chunked, &scores, 500, &tk), None);
     }
 
     #[test]
+    fn source_files_split_along_their_syntax() {
+        assert_eq!(
+            SplitKind::detect(Some("text/x-rust"), "x://a"),
+            SplitKind::Rust
+        );
+        assert_eq!(
+            SplitKind::detect(Some("text/plain"), "file:///src/app.py"),
+            SplitKind::Python
+        );
+        assert_eq!(
+            SplitKind::detect(None, "file:///web/app.js?v=2"),
+            SplitKind::JavaScript
+        );
+        assert_eq!(
+            SplitKind::detect(Some("application/json"), "x://a.rs"),
+            SplitKind::Plain
+        );
+        let mut src = String::new();
+        for i in 0..40 {
+            let _ = writeln!(
+                src,
+                "fn f{i}(x: u32) -> u32 {{\n    let y = x + {i};\n    y * 2\n}}\n"
+            );
+        }
+        let chunked = split(&src, SplitKind::Rust, 32);
+        assert!(chunked.chunks.len() > 5);
+        // Syntax-aware chunks start at item boundaries, never inside a function body.
+        for c in &chunked.chunks {
+            assert!(
+                src[c.range.clone()].starts_with("fn f"),
+                "{:?}",
+                &src[c.range.clone()]
+            );
+        }
+    }
+
+    #[test]
     fn locators_give_line_ranges() {
         let doc = "one\ntwo\nthree\nfour\n";
-        let chunked = split(doc, false, 16);
+        let chunked = split(doc, SplitKind::Plain, 16);
         assert_eq!(chunked.chunks[0].first_line, 1);
         assert_eq!(chunked.chunks.last().map(|c| c.last_line), Some(4));
     }

@@ -54,7 +54,7 @@ pub struct FitOptions {
 /// Caches of work that depends only on content: chunk splits by content hash, summaries
 /// by (server, URI, content hash, target tokens), exact token counts by content hash.
 pub struct Caches {
-    splits: moka::sync::Cache<(u64, bool, usize, Encoding), Arc<Chunked>>,
+    splits: moka::sync::Cache<(u64, chunk::SplitKind, usize, Encoding), Arc<Chunked>>,
     summaries: moka::sync::Cache<(String, String, u64, usize), Arc<str>>,
     counts: moka::sync::Cache<u64, usize>,
 }
@@ -174,8 +174,8 @@ pub async fn fit(
                     && matches!(it.strategy, Strategy::Auto | Strategy::Chunk) =>
             {
                 Some(score(
+                    it,
                     t,
-                    it.mime_type.as_deref(),
                     &terms,
                     chunk_size(budget.min(*allowance).max(1)),
                     tk,
@@ -227,14 +227,7 @@ pub async fn fit(
                 if !terms.is_empty()
                     && matches!(item.strategy, Strategy::Auto | Strategy::Chunk) =>
             {
-                Some(score(
-                    t,
-                    item.mime_type.as_deref(),
-                    &terms,
-                    chunk_size(allowance),
-                    tk,
-                    opts,
-                ))
+                Some(score(item, t, &terms, chunk_size(allowance), tk, opts))
             }
             _ => None,
         };
@@ -264,23 +257,22 @@ struct Scored {
     scores: Vec<f64>,
 }
 
-/// Splits `text` (markdown-aware for `text/markdown`; the split is cached by content
+/// Splits `text` along its structure ([`chunk::SplitKind`]; the split is cached by content
 /// hash) and scores its chunks with BM25 against `terms`.
 fn score(
+    item: &Item,
     text: &str,
-    mime: Option<&str>,
     terms: &[String],
     chunk_tokens: usize,
     tk: &Tokenizer,
     opts: &FitOptions,
 ) -> Scored {
-    let markdown =
-        mime.is_some_and(|m| m.starts_with("text/markdown") || m.starts_with("text/x-markdown"));
-    let key = (content_hash(text), markdown, chunk_tokens, tk.encoding());
+    let kind = chunk::SplitKind::detect(item.mime_type.as_deref(), &item.source.uri);
+    let key = (content_hash(text), kind, chunk_tokens, tk.encoding());
     let chunked = opts
         .caches
         .splits
-        .get_with(key, || Arc::new(chunk::split(text, markdown, chunk_tokens)));
+        .get_with(key, || Arc::new(chunk::split(text, kind, chunk_tokens)));
     let scores = chunk::bm25(text, &chunked, terms);
     Scored { chunked, scores }
 }
