@@ -92,9 +92,9 @@ fn benches(c: &mut Criterion) {
         })
     });
     c.bench_function("chunk_split_256k", |b| {
-        b.iter(|| chunk::split(black_box(&text), true, 512))
+        b.iter(|| chunk::split(black_box(&text), chunk::SplitKind::Markdown, 512))
     });
-    let chunked = chunk::split(&text, true, 512);
+    let chunked = chunk::split(&text, chunk::SplitKind::Markdown, 512);
     c.bench_function("bm25_256k", |b| {
         b.iter(|| chunk::bm25(black_box(&text), &chunked, &query))
     });
