@@ -306,9 +306,9 @@ fn locator(i: usize, n: usize, c: &Chunk) -> String {
     )
 }
 
-/// Keeps the best-scoring chunks (score > 0) that fit `allowance` tokens, locators
-/// included, rendered in document order. `None` when no chunk scores above zero or
-/// none fits.
+/// Keeps the best-scoring chunks that fit `allowance` tokens, locators included, then,
+/// while room is left, unscored chunks from the top; rendered in document order. `None`
+/// when no chunk scores above zero or none fits.
 pub fn select(
     text: &str,
     chunked: &Chunked,
@@ -318,7 +318,13 @@ pub fn select(
 ) -> Option<Selection> {
     let n = chunked.chunks.len();
     let mut order: Vec<usize> = (0..n).filter(|&i| scores[i] > 0.0).collect();
+    if order.is_empty() {
+        return None;
+    }
     order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    // When the relevant chunks leave room, the rest follow in document order (the
+    // beginning of a document usually says what it is about).
+    order.extend((0..n).filter(|&i| scores[i] <= 0.0));
     let mut kept: Vec<(usize, usize)> = Vec::new(); // (chunk index, tokens)
     let mut used = 0;
     let mut misses = 0;
