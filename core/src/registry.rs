@@ -62,13 +62,6 @@ pub struct BuildContext {
     pub summarizers: BTreeMap<String, Arc<dyn Summarizer>>,
 }
 
-impl BuildContext {
-    /// Names of all configured MCP servers, sorted.
-    pub fn server_names(&self) -> Vec<String> {
-        self.mcp.servers().into_iter().map(|s| s.name).collect()
-    }
-}
-
 /// Builds a stage from its config section (`null` when the pipeline gives none).
 /// Errors carry the key inside the section; the caller adds the section path and file.
 pub type StageBuilder =

@@ -5,8 +5,6 @@
 //! Only the chunks considered for the context are tokenized, so a 2 MB document costs
 //! one character-level split and one word scan, not a full tokenization.
 
-use std::fmt::Write as _;
-
 use hostpipe_core::Tokenizer;
 use text_splitter::{MarkdownSplitter, TextSplitter};
 
@@ -370,19 +368,10 @@ pub fn select(
     }
 }
 
-/// A one-line description of `sel` for traces.
-pub fn describe(sel: &Selection) -> String {
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "kept {} of {} chunks, {} tokens",
-        sel.kept, sel.total, sel.tokens
-    );
-    s
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fmt::Write as _;
+
     use hostpipe_core::Encoding;
 
     use super::*;

@@ -275,12 +275,6 @@ impl ResourceContextInjection {
         })
     }
 
-    /// Replaces the summarizer (e.g. with a model-backed one).
-    pub fn with_summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> Self {
-        self.fit.summarizer = Some(summarizer);
-        self
-    }
-
     /// The turn's budget in tokens: `budget_tokens`, or `budget_share` (default 0.5) of
     /// what the model has left for input; never more than what it has left.
     async fn budget(&self, turn: &mut Turn, tk: &Tokenizer) -> usize {

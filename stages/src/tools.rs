@@ -224,29 +224,6 @@ pub struct BoundTools {
 }
 
 impl BoundTools {
-    /// An executor for a turn whose bound servers are `bound`, offering only the
-    /// exploration tools. For hosts that build their own tool lists.
-    pub fn exploration_only(
-        mcp: Arc<dyn McpSource>,
-        bound: Vec<String>,
-        model: Arc<ModelProfile>,
-        max_read_tokens: usize,
-    ) -> Self {
-        let routes = [
-            (LIST_RESOURCES.to_owned(), ToolOrigin::Exploration),
-            (READ_RESOURCE.to_owned(), ToolOrigin::Exploration),
-        ]
-        .into_iter()
-        .collect();
-        Self {
-            mcp,
-            bound,
-            routes,
-            model,
-            max_read_tokens,
-        }
-    }
-
     fn server_arg<'a>(
         &self,
         tool: &str,
