@@ -5,10 +5,18 @@
 //! name = "gpt-4o"
 //! context_window = 128000
 //!
-//! [host]                       # MCP host limits
+//! [host]                       # MCP host limits (these are the defaults)
 //! connect_timeout_ms = 30000
 //! request_timeout_ms = 30000
 //! max_list_pages = 100
+//! content_cache_bytes = 268435456   # 0 disables the content cache
+//! content_ttl_ms = 300000
+//! max_message_bytes = 16777216
+//! reconnect_delay_ms = 500
+//! reconnect_max_delay_ms = 30000
+//! # max_reconnect_attempts = 10     # default: never give up
+//! list_refresh_debounce_ms = 100
+//! ping_interval_ms = 30000          # streamable HTTP servers only; 0 disables
 //!
 //! [mcp_servers.kb]             # the same keys as a standard `mcpServers` entry
 //! command = "npx"
@@ -18,6 +26,7 @@
 //! stages = ["bind_mcp_servers", "resource_context_injection", "tool_assembly"]
 //! runner = "preview"
 //! system_prompt = "…"
+//! turn_timeout_ms = 60000      # stages stop waiting on servers after this
 //! [pipelines.default.bind_mcp_servers]          # one section per stage, by name
 //! servers = [{ name = "kb", required = true }]
 //! [pipelines.default.resource_context_injection]
@@ -82,6 +91,22 @@ pub struct HostSection {
     pub request_timeout_ms: Option<u64>,
     /// Page cap per list.
     pub max_list_pages: Option<usize>,
+    /// Content cache size in decoded bytes; 0 disables it.
+    pub content_cache_bytes: Option<u64>,
+    /// How long a cached read stays fresh, in milliseconds; 0 disables the cache.
+    pub content_ttl_ms: Option<u64>,
+    /// Largest message a server may send, in bytes.
+    pub max_message_bytes: Option<usize>,
+    /// First reconnect delay in milliseconds.
+    pub reconnect_delay_ms: Option<u64>,
+    /// Largest reconnect delay in milliseconds.
+    pub reconnect_max_delay_ms: Option<u64>,
+    /// Reconnect attempts before giving up; default: never give up.
+    pub max_reconnect_attempts: Option<u32>,
+    /// Debounce of list refreshes after `list_changed`, in milliseconds.
+    pub list_refresh_debounce_ms: Option<u64>,
+    /// Ping interval for streamable HTTP servers in milliseconds; 0 disables.
+    pub ping_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -192,8 +217,47 @@ pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
             .request_timeout_ms
             .map_or(defaults.request_timeout, Duration::from_millis),
         max_list_pages: file.host.max_list_pages.unwrap_or(defaults.max_list_pages),
+        content_cache_bytes: file
+            .host
+            .content_cache_bytes
+            .unwrap_or(defaults.content_cache_bytes),
+        content_ttl: file
+            .host
+            .content_ttl_ms
+            .map_or(defaults.content_ttl, Duration::from_millis),
+        max_message_bytes: file
+            .host
+            .max_message_bytes
+            .unwrap_or(defaults.max_message_bytes),
+        reconnect_delay: file
+            .host
+            .reconnect_delay_ms
+            .map_or(defaults.reconnect_delay, Duration::from_millis),
+        reconnect_max_delay: file
+            .host
+            .reconnect_max_delay_ms
+            .map_or(defaults.reconnect_max_delay, Duration::from_millis),
+        max_reconnect_attempts: file.host.max_reconnect_attempts,
+        list_refresh_debounce: file
+            .host
+            .list_refresh_debounce_ms
+            .map_or(defaults.list_refresh_debounce, Duration::from_millis),
+        ping_interval: file
+            .host
+            .ping_interval_ms
+            .map_or(defaults.ping_interval, Duration::from_millis),
         ..defaults
     };
+    if host.max_message_bytes < 1024 {
+        return Err(ConfigError::new(
+            "host.max_message_bytes",
+            format!(
+                "{} bytes is too small for any MCP message (at least 1024)",
+                host.max_message_bytes
+            ),
+        )
+        .in_file(source));
+    }
     Ok(LoadedConfig {
         source: source.to_owned(),
         model: file.model,
@@ -338,9 +402,24 @@ impl LoadedConfig {
                     )));
                 }
             };
+            let turn_timeout = match table.get("turn_timeout_ms") {
+                None => Some(Pipeline::DEFAULT_TURN_TIMEOUT),
+                Some(toml::Value::Integer(0)) => None,
+                Some(toml::Value::Integer(ms)) if *ms > 0 => {
+                    Some(Duration::from_millis(ms.unsigned_abs()))
+                }
+                Some(_) => {
+                    return Err(err(ConfigError::new(
+                        at("turn_timeout_ms"),
+                        "expected milliseconds (a positive integer; 0 for no deadline)",
+                    )));
+                }
+            };
             for key in table.keys() {
-                let known = matches!(key.as_str(), "stages" | "runner" | "system_prompt")
-                    || stages.contains(key)
+                let known = matches!(
+                    key.as_str(),
+                    "stages" | "runner" | "system_prompt" | "turn_timeout_ms"
+                ) || stages.contains(key)
                     || *key == runner;
                 if !known {
                     return Err(err(ConfigError::new(
@@ -388,7 +467,8 @@ impl LoadedConfig {
                     (runner, r),
                     Arc::clone(&model),
                     system_prompt,
-                ),
+                )
+                .with_turn_timeout(turn_timeout),
             );
         }
         Ok(out)

@@ -384,7 +384,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Read { server, uri, json } => {
-            let contents = app.host.read_resource(&server, &uri).await?;
+            let contents = app.host.read_resource(&server, &uri).await?.contents;
             // The listing's name, description and MIME type, as the pipeline uses them.
             let listed = app.host.list_resources(&server).await?;
             let meta = listed.iter().find(|r| r.uri == uri).map(|r| ResourceMeta {
@@ -393,7 +393,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 listed_mime: r.mime_type.clone(),
             });
             let mut items = Vec::new();
-            for c in contents {
+            for c in contents.iter().cloned() {
                 let (item_uri, mime, bytes) = (
                     c.uri().to_owned(),
                     c.mime_type().map(str::to_owned),

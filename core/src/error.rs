@@ -6,7 +6,7 @@ use std::time::Duration;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// An error from an MCP server or the host that talks to it.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum SourceError {
     /// No server of that name is configured.
@@ -65,9 +65,10 @@ pub enum SourceError {
         operation: String,
         /// What went wrong, with the root cause (e.g. `Connection refused (os error 111)`).
         message: String,
-        /// The underlying error.
+        /// The underlying error (shared, so that readers coalesced onto one request
+        /// each get the error).
         #[source]
-        source: BoxError,
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// The server's answer broke a rule of the protocol or of hostpipe's limits
     /// (e.g. invalid base64 in a blob, a repeated pagination cursor).

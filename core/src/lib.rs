@@ -46,8 +46,8 @@ pub use registry::{
 pub use run::{EventSink, RunEvent, RunReply, RunRequest, Runner, TokenUsage, collect_reply};
 pub use source::{
     Annotations, ListCounts, McpSource, Prompt, PromptArgument, Resource, ResourceContents,
-    ResourceTemplate, Role, ServerCapabilities, ServerInfo, ServerStatus, Tool, ToolCallResult,
-    ToolContent,
+    ResourceRead, ResourceTemplate, Role, ServerCapabilities, ServerInfo, ServerStatus, Tool,
+    ToolCallResult, ToolContent,
 };
 pub use stage::{Stage, StageOutcome};
 pub use summarize::{SummarizeError, Summarizer};

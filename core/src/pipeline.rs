@@ -10,7 +10,7 @@
 //! bound, and the turn goes on with no context.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -34,6 +34,7 @@ pub struct Pipeline {
     runner: Box<dyn Runner>,
     model: Arc<ModelProfile>,
     system_prompt: Option<String>,
+    turn_timeout: Option<Duration>,
 }
 
 /// How a turn ended.
@@ -82,7 +83,19 @@ impl Pipeline {
             runner: runner.1,
             model,
             system_prompt,
+            turn_timeout: Some(Self::DEFAULT_TURN_TIMEOUT),
         }
+    }
+
+    /// The turn timeout of [`Pipeline::new`]: 60 s.
+    pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// Sets how long [`Pipeline::prepare`] gives the stages (`None`: no deadline). A
+    /// turn that arrives with its own [`Turn::deadline`] keeps it.
+    #[must_use]
+    pub fn with_turn_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.turn_timeout = timeout;
+        self
     }
 
     /// The pipeline id.
@@ -110,6 +123,9 @@ impl Pipeline {
     pub async fn prepare(&self, mut turn: Turn) -> Prepared {
         turn.ids.pipeline.clone_from(&self.id);
         turn.model = Arc::clone(&self.model);
+        if turn.deadline.is_none() {
+            turn.deadline = self.turn_timeout.map(|t| Instant::now() + t);
+        }
         if turn.system_prompt.is_none() {
             turn.system_prompt.clone_from(&self.system_prompt);
         }

@@ -26,6 +26,13 @@ pub enum ServerStatus {
         /// Human-readable cause.
         reason: String,
     },
+    /// The connection was lost; the host is reconnecting with exponential backoff.
+    Reconnecting {
+        /// Why the connection was lost (or why the last attempt failed).
+        reason: String,
+        /// The attempt that comes next, from 1.
+        attempt: u32,
+    },
     /// `disabled: true` in the configuration; never started.
     Disabled,
 }
@@ -42,6 +49,9 @@ impl ServerStatus {
             Self::Connecting => "connecting".into(),
             Self::Connected => "connected".into(),
             Self::Failed { reason } => format!("failed: {reason}"),
+            Self::Reconnecting { reason, attempt } => {
+                format!("reconnecting (attempt {attempt}): {reason}")
+            }
             Self::Disabled => "disabled".into(),
         }
     }
@@ -221,6 +231,27 @@ impl ResourceContents {
     }
 }
 
+/// What [`McpSource::read_resource`] returns: the `contents` of a `resources/read`
+/// result, shared with the host's content cache.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceRead {
+    /// The items, in the server's order. Shared, not copied, between the turns that
+    /// read the same cached entry.
+    pub contents: Arc<[ResourceContents]>,
+    /// Whether the host answered from its content cache without sending a request.
+    pub cache_hit: bool,
+}
+
+impl ResourceRead {
+    /// A read answered by the server (not from a cache).
+    pub fn fresh(contents: impl Into<Arc<[ResourceContents]>>) -> Self {
+        Self {
+            contents: contents.into(),
+            cache_hit: false,
+        }
+    }
+}
+
 /// A tool as listed by `tools/list`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tool {
@@ -350,17 +381,16 @@ pub trait McpSource: Send + Sync {
     /// As [`McpSource::list_resources`].
     async fn list_prompts(&self, server: &str) -> Result<Arc<[Prompt]>, SourceError>;
 
-    /// `resources/read` of `uri` on `server`.
+    /// `resources/read` of `uri` on `server`, or the host's cached copy of it. A host
+    /// with a content cache answers from it only while the entry is fresh: within its
+    /// TTL and not invalidated by `notifications/resources/updated` or a reconnect.
+    /// Concurrent reads of the same URI may share one request.
     ///
     /// # Errors
     /// [`SourceError::NotSupported`] if the server declares no `resources`;
     /// [`SourceError::Timeout`], [`SourceError::Protocol`] (e.g. not found),
     /// [`SourceError::Transport`], [`SourceError::InvalidResponse`].
-    async fn read_resource(
-        &self,
-        server: &str,
-        uri: &str,
-    ) -> Result<Vec<ResourceContents>, SourceError>;
+    async fn read_resource(&self, server: &str, uri: &str) -> Result<ResourceRead, SourceError>;
 
     /// `tools/call` of `tool` (the server's own name) with JSON object `arguments`.
     ///

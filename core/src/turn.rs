@@ -130,6 +130,11 @@ pub struct Turn {
     pub tool_executor: Option<Arc<dyn ToolExecutor>>,
     /// What happened.
     pub trace: Trace,
+    /// When the turn must be ready for the runner. Stages that wait on servers stop
+    /// waiting here (in-flight MCP requests are cancelled) and go on with what they
+    /// have. Set by [`crate::Pipeline::prepare`] from the pipeline's turn timeout when
+    /// the platform has not set it.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl Turn {
@@ -151,6 +156,13 @@ impl Turn {
             .iter()
             .filter(|b| b.status.is_connected())
             .map(|b| b.name.as_str())
+    }
+
+    /// Time left until [`Turn::deadline`]; `None` when the turn has no deadline, zero
+    /// when it has passed.
+    pub fn time_left(&self) -> Option<std::time::Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(std::time::Instant::now()))
     }
 
     /// Whether `server` is bound for this turn (whatever its status).

@@ -22,7 +22,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use hostpipe_core::{
     ArgumentValue, Attachment, AttachmentTarget, BlockSource, BuildContext, ConfigError,
-    FallbackReason, McpSource, ReadRecord, ResourceContents, Scope, SourceError, Stage, StageError,
+    FallbackReason, McpSource, ReadRecord, ResourceRead, Scope, SourceError, Stage, StageError,
     StageOutcome, StagePhase, TemplateRef, Tokenizer, TraceEvent, TruncationSide, Turn,
 };
 use serde::Deserialize;
@@ -491,26 +491,41 @@ struct Planned {
 /// One attachment after reading.
 struct Fetched {
     planned: Planned,
-    result: Result<Vec<ResourceContents>, Failure>,
+    result: Result<ResourceRead, Failure>,
     elapsed_ms: u64,
 }
 
-async fn read(mcp: &dyn McpSource, planned: Planned) -> Fetched {
+/// Reads one planned attachment, giving up at the turn's `deadline` (dropping the read
+/// cancels the MCP request).
+async fn read(mcp: &dyn McpSource, planned: Planned, deadline: Option<Instant>) -> Fetched {
     let uri = match &planned.uri {
         Ok(uri) => uri.clone(),
         Err(_) => {
             return Fetched {
                 planned,
-                result: Ok(Vec::new()),
+                result: Ok(ResourceRead::fresh(Vec::new())),
                 elapsed_ms: 0,
             };
         }
     };
     let started = Instant::now();
-    let result = mcp
-        .read_resource(&planned.source.server, &uri)
-        .await
-        .map_err(|e| Failure::read(&e));
+    let reading = mcp.read_resource(&planned.source.server, &uri);
+    let result = match deadline {
+        Some(d) => match tokio::time::timeout_at(d.into(), reading).await {
+            Ok(r) => r.map_err(|e| Failure::read(&e)),
+            Err(_) => Err(Failure {
+                trace: format!(
+                    "dropped: the turn's deadline passed after {} ms, before resources/read answered (the request was cancelled)",
+                    started.elapsed().as_millis()
+                ),
+                model: "the server did not answer in time",
+                reason: FallbackReason::ReadFailed {
+                    error: "the turn's deadline passed".into(),
+                },
+            }),
+        },
+        None => reading.await.map_err(|e| Failure::read(&e)),
+    };
     Fetched {
         planned,
         result,
@@ -638,8 +653,13 @@ impl Stage for ResourceContextInjection {
                 .warn("the resource budget is 0 tokens: nothing was read");
             Vec::new()
         } else {
-            futures_util::future::join_all(planned.into_iter().map(|p| read(self.mcp.as_ref(), p)))
-                .await
+            let deadline = turn.deadline;
+            futures_util::future::join_all(
+                planned
+                    .into_iter()
+                    .map(|p| read(self.mcp.as_ref(), p, deadline)),
+            )
+            .await
         };
 
         // Convert.
@@ -664,8 +684,8 @@ impl Stage for ResourceContextInjection {
                 (Ok(_), Err(failure)) => Err(failure),
                 (Ok(_), Ok(contents)) => Ok(contents),
             };
-            let contents = match failure {
-                Ok(c) => c,
+            let (contents, cache_hit) = match failure {
+                Ok(read) => (read.contents, read.cache_hit),
                 Err(failure) => {
                     let note = format!(
                         "[resource {} from `{}` not included: {}]",
@@ -691,7 +711,7 @@ impl Stage for ResourceContextInjection {
                     p.source.uri, p.source.server
                 ));
             }
-            for item in contents {
+            for item in contents.iter().cloned() {
                 let mut source = p.source.clone();
                 item.uri().clone_into(&mut source.uri);
                 source.name.clone_from(&p.listed.meta.name);
@@ -752,7 +772,9 @@ impl Stage for ResourceContextInjection {
                     }
                     seen.push((h, source.uri.clone()));
                 }
-                item_records.push(record(&source, mime.clone(), bytes, elapsed_ms, None));
+                let mut r = record(&source, mime.clone(), bytes, elapsed_ms, None);
+                r.cache_hit = cache_hit;
+                item_records.push(r);
                 items.push(Item {
                     source,
                     mime_type: mime,

@@ -292,13 +292,13 @@ impl BoundTools {
                 message: "`uri` (a string) is required".into(),
             }
         })?;
-        let contents = self.mcp.read_resource(server, uri).await?;
+        let contents = self.mcp.read_resource(server, uri).await?.contents;
         let tk = Tokenizer::new(self.model.encoding).map_err(|e| ToolError::InvalidArguments {
             tool: READ_RESOURCE.into(),
             message: e.to_string(),
         })?;
         let mut content = Vec::with_capacity(contents.len());
-        for item in contents {
+        for item in contents.iter().cloned() {
             content.push(
                 match convert(
                     item,

@@ -61,8 +61,8 @@ pub fn block<'a>(request: &'a RunRequest, uri: &str) -> &'a ContextBlock {
 /// The single text content of `uri` read straight from the server.
 pub async fn read_text(host: &McpHost, server: &str, uri: &str) -> String {
     use hostpipe_core::{McpSource as _, ResourceContents};
-    let contents = host.read_resource(server, uri).await.unwrap();
-    match contents.as_slice() {
+    let contents = host.read_resource(server, uri).await.unwrap().contents;
+    match &*contents {
         [ResourceContents::Text { text, .. }] => text.clone(),
         other => panic!("expected one text item from {uri}, got {other:?}"),
     }

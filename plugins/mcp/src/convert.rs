@@ -244,8 +244,12 @@ pub(crate) fn service_error(server: &str, operation: &str, e: rmcp::ServiceError
         other => SourceError::Transport {
             server,
             operation,
-            message: describe(&other),
-            source: Box::new(other),
+            message: if matches!(other, rmcp::ServiceError::TransportClosed) {
+                "the connection closed (the server exited or dropped the session)".into()
+            } else {
+                describe(&other)
+            },
+            source: std::sync::Arc::new(other),
         },
     }
 }

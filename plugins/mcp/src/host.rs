@@ -1,30 +1,38 @@
 //! The MCP host: one session per configured server, connected concurrently, with the
-//! lists prefetched and every request under a timeout.
+//! lists prefetched, every request under a timeout, a content cache, subscriptions, and
+//! reconnection of lost servers ([`crate::live`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use hostpipe_core::{
-    ListCounts, McpSource, Prompt, Resource, ResourceContents, ResourceTemplate,
-    ServerCapabilities, ServerInfo, ServerStatus, SourceError, Tool, ToolCallResult,
+    ListCounts, McpSource, Prompt, Resource, ResourceRead, ResourceTemplate, ServerCapabilities,
+    ServerInfo, ServerStatus, SourceError, Tool, ToolCallResult,
 };
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation,
-    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
+    PaginatedRequestParams, PingRequest, ProtocolVersion, ReadResourceRequestParams,
+    SubscribeRequestParams,
 };
 use rmcp::service::{ClientCacheConfig, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
 use tokio::io::AsyncBufReadExt;
+use tokio::sync::{mpsc, watch};
 
+use crate::cache::{ContentCache, Fetched};
 use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
+use crate::live::{self, Observed, Signal, Signals};
+use crate::stdio::LineLimited;
 
 /// Host-wide limits. Every value is a default that a server's config may override where
 /// it says so.
@@ -44,6 +52,33 @@ pub struct HostOptions {
     pub client_name: String,
     /// `clientInfo.version`.
     pub client_version: String,
+    /// Most decoded bytes the content cache holds (`resources/read` results by server
+    /// and URI). Default 256 MiB; 0 disables the cache.
+    pub content_cache_bytes: u64,
+    /// How long a cached read stays fresh, unless the server's `ttlMs` is shorter or
+    /// `notifications/resources/updated` comes first. Default 5 min; zero disables the
+    /// cache.
+    pub content_ttl: Duration,
+    /// Largest single message a stdio server may send, in bytes; a larger answer fails
+    /// its request at once with an error naming this limit (rmcp alone drops it and the
+    /// request hangs). The same cap applies to streamable HTTP responses and SSE events.
+    /// Default 16 MiB (rmcp's own).
+    pub max_message_bytes: usize,
+    /// First delay before reconnecting a lost server; doubles each failed attempt,
+    /// with jitter. Default 500 ms.
+    pub reconnect_delay: Duration,
+    /// Largest delay between reconnect attempts. Default 30 s.
+    pub reconnect_max_delay: Duration,
+    /// Attempts before giving up on a lost server (status `failed`); `None`: never give
+    /// up. Default `None`. A server that fails its first connect is not retried.
+    pub max_reconnect_attempts: Option<u32>,
+    /// After a `list_changed` notification, how long to wait for more before listing
+    /// again. List calls made meanwhile wait for the new list (up to the request
+    /// timeout). Default 100 ms.
+    pub list_refresh_debounce: Duration,
+    /// How often a streamable HTTP server is pinged to notice a restart (its session,
+    /// and so its subscriptions, would be gone). Zero disables. Default 30 s.
+    pub ping_interval: Duration,
 }
 
 impl Default for HostOptions {
@@ -54,6 +89,14 @@ impl Default for HostOptions {
             max_list_pages: 100,
             client_name: "hostpipe".into(),
             client_version: env!("CARGO_PKG_VERSION").into(),
+            content_cache_bytes: 256 * 1024 * 1024,
+            content_ttl: Duration::from_secs(300),
+            max_message_bytes: 16 * 1024 * 1024,
+            reconnect_delay: Duration::from_millis(500),
+            reconnect_max_delay: Duration::from_secs(30),
+            max_reconnect_attempts: None,
+            list_refresh_debounce: Duration::from_millis(100),
+            ping_interval: Duration::from_secs(30),
         }
     }
 }
@@ -77,14 +120,27 @@ struct State {
 
 const STDERR_TAIL_LINES: usize = 5;
 
-struct Slot {
-    config: ServerConfig,
+pub(crate) struct Slot {
+    pub(crate) config: ServerConfig,
     state: RwLock<State>,
     session: tokio::sync::Mutex<Option<Session>>,
     requests: Mutex<BTreeMap<&'static str, u64>>,
     stderr_tail: Mutex<VecDeque<String>>,
     /// The process group of a stdio server (its own, led by the child).
     process_group: Mutex<Option<u32>>,
+    /// The stdio child, to learn how it exited.
+    child: Mutex<Option<tokio::process::Child>>,
+    /// Connection number: bumped by every connect; signals of older ones are ignored.
+    pub(crate) conn: AtomicU64,
+    signals: Signals,
+    signals_rx: Mutex<Option<mpsc::UnboundedReceiver<(u64, Signal)>>>,
+    /// URIs subscribed to on the current connection.
+    subscribed: Mutex<HashSet<String>>,
+    /// A `list_changed` arrived and the refresh has not finished.
+    pub(crate) stale: watch::Sender<bool>,
+    /// The host is shutting down: no reconnects.
+    pub(crate) closing: AtomicBool,
+    updates: AtomicU64,
 }
 
 impl Slot {
@@ -96,10 +152,31 @@ impl Slot {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn status(&self) -> ServerStatus {
+    fn new(config: ServerConfig) -> Self {
+        let (signals, rx) = mpsc::unbounded_channel();
+        Self {
+            config,
+            state: RwLock::default(),
+            session: tokio::sync::Mutex::new(None),
+            requests: Mutex::default(),
+            stderr_tail: Mutex::default(),
+            process_group: Mutex::default(),
+            child: Mutex::default(),
+            conn: AtomicU64::new(0),
+            signals,
+            signals_rx: Mutex::new(Some(rx)),
+            subscribed: Mutex::default(),
+            stale: watch::Sender::new(false),
+            closing: AtomicBool::new(false),
+            updates: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn status(&self) -> ServerStatus {
         let st = self.read();
         if let Some(peer) = &st.peer
             && peer.is_transport_closed()
+            && matches!(st.status, Some(ServerStatus::Connected))
         {
             return ServerStatus::Failed {
                 reason: "the connection closed (the server exited or dropped the session)".into(),
@@ -112,7 +189,104 @@ impl Slot {
         })
     }
 
-    fn count(&self, method: &'static str) {
+    pub(crate) fn set_status(&self, status: ServerStatus) {
+        self.write().status = Some(status);
+    }
+
+    pub(crate) fn is_http(&self) -> bool {
+        matches!(
+            self.config.transport,
+            TransportConfig::StreamableHttp { .. }
+        )
+    }
+
+    pub(crate) fn request_timeout(&self, options: &HostOptions) -> Duration {
+        self.config
+            .request_timeout
+            .unwrap_or(options.request_timeout)
+    }
+
+    pub(crate) fn peer(&self) -> Option<Peer<RoleClient>> {
+        self.read().peer.clone()
+    }
+
+    fn signal(&self, signal: Signal) {
+        let _ = self
+            .signals
+            .send((self.conn.load(Ordering::SeqCst), signal));
+    }
+
+    pub(crate) fn note_update(&self) {
+        self.updates.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Removes `uri` from the subscriptions; whether it was there.
+    pub(crate) fn take_subscription(&self, uri: &str) -> bool {
+        self.subscribed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uri)
+    }
+
+    /// Why the connection ended, from the child's exit status when there is one.
+    pub(crate) fn exit_reason(&self) -> String {
+        let status = self
+            .child
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten());
+        match status {
+            Some(s) => format!("the server process exited ({s})"),
+            None => "the connection closed".into(),
+        }
+    }
+
+    /// `ping` under the request timeout; whether the server answered.
+    pub(crate) async fn ping(&self, options: &HostOptions) -> bool {
+        let Some(peer) = self.peer() else {
+            return false;
+        };
+        self.count("ping");
+        let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
+        matches!(
+            tokio::time::timeout(self.request_timeout(options), ping).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Closes the session (if any) and kills what is left of the process group.
+    pub(crate) async fn drop_session(&self) {
+        let session = self.session.lock().await.take();
+        {
+            let mut st = self.write();
+            st.peer = None;
+        }
+        self.subscribed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        if let Some(session) = session {
+            let _ = tokio::time::timeout(Duration::from_secs(3), session.cancel()).await;
+        }
+        self.stop_child().await;
+    }
+
+    /// Waits briefly for a stdio child that lost its stdin to exit, then kills its
+    /// process group.
+    async fn stop_child(&self) {
+        let child = self
+            .child
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(mut child) = child {
+            let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+        }
+        self.kill_process_group();
+    }
+
+    pub(crate) fn count(&self, method: &'static str) {
         *self
             .requests
             .lock()
@@ -151,9 +325,19 @@ impl Slot {
 /// The MCP host. Create it with [`McpHost::new`], then [`McpHost::connect_all`]; it
 /// implements [`McpSource`] for the stages. Server names are unique; servers are kept
 /// sorted by name.
+///
+/// Once connected, each server has an event loop (a tokio task) that applies its
+/// notifications in arrival order: `resources/updated` drops the cached copy,
+/// `*/list_changed` lists again (debounced), and a lost connection is reconnected with
+/// backoff ([`HostOptions::reconnect_delay`]). Reads go through a content cache keyed
+/// by (server, URI) ([`HostOptions::content_ttl`]); the first read of a URI subscribes
+/// to it when the server declares `resources.subscribe`, and the subscription ends when
+/// the cache lets the entry go.
 pub struct McpHost {
     slots: BTreeMap<String, Arc<Slot>>,
     options: HostOptions,
+    cache: Arc<ContentCache>,
+    loops: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for McpHost {
@@ -168,7 +352,16 @@ impl std::fmt::Debug for McpHost {
 impl Drop for McpHost {
     fn drop(&mut self) {
         for slot in self.slots.values() {
+            slot.closing.store(true, Ordering::Relaxed);
             slot.kill_process_group();
+        }
+        for task in self
+            .loops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
         }
     }
 }
@@ -177,21 +370,39 @@ impl McpHost {
     /// A host for `servers` (not yet connected). A later entry with the same name
     /// replaces an earlier one.
     pub fn new(servers: impl IntoIterator<Item = ServerConfig>, options: HostOptions) -> Self {
-        let slots = servers
+        let slots: BTreeMap<String, Arc<Slot>> = servers
             .into_iter()
-            .map(|config| {
-                let slot = Slot {
-                    config,
-                    state: RwLock::default(),
-                    session: tokio::sync::Mutex::new(None),
-                    requests: Mutex::default(),
-                    stderr_tail: Mutex::default(),
-                    process_group: Mutex::default(),
-                };
-                (slot.config.name.clone(), Arc::new(slot))
-            })
+            .map(|config| (config.name.clone(), Arc::new(Slot::new(config))))
             .collect();
-        Self { slots, options }
+        let senders: HashMap<String, Signals> = slots
+            .iter()
+            .map(|(name, slot)| (name.clone(), slot.signals.clone()))
+            .collect();
+        let conns: HashMap<String, Arc<Slot>> = slots
+            .iter()
+            .map(|(n, s)| (n.clone(), Arc::clone(s)))
+            .collect();
+        // Weak would do, but the loop tasks hold the slots anyway; the senders only
+        // queue a signal.
+        let on_evict = Arc::new(move |server: &str, uri: &str| {
+            if let (Some(tx), Some(slot)) = (senders.get(server), conns.get(server)) {
+                let _ = tx.send((
+                    slot.conn.load(Ordering::SeqCst),
+                    Signal::Evicted(uri.into()),
+                ));
+            }
+        });
+        let cache = Arc::new(ContentCache::new(
+            options.content_cache_bytes,
+            options.content_ttl,
+            on_evict,
+        ));
+        Self {
+            slots,
+            options,
+            cache,
+            loops: Mutex::default(),
+        }
     }
 
     /// The options.
@@ -218,26 +429,72 @@ impl McpHost {
                 tracing::error!(error = %e, "an MCP connect task failed");
             }
         }
+        let mut loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
+        for slot in self.slots.values() {
+            let rx = slot
+                .signals_rx
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            // A server that never connected is not retried: its config is the likelier
+            // problem, and its status says what it is.
+            if let Some(rx) = rx.filter(|_| slot.status().is_connected()) {
+                loops.push(tokio::spawn(live::run(
+                    Arc::clone(slot),
+                    self.options.clone(),
+                    Arc::clone(&self.cache),
+                    rx,
+                )));
+            }
+        }
     }
 
     /// Closes every session, then kills whatever is left of each stdio server's
     /// process group. Each session gets up to 3 s to close (rmcp closes stdin, then sends
     /// SIGTERM); all close concurrently. Dropping the host also kills the process groups.
     pub async fn shutdown(&self) {
+        for task in self
+            .loops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
+        }
         let mut set = tokio::task::JoinSet::new();
         for slot in self.slots.values() {
-            let session = slot.session.lock().await.take();
-            slot.write().peer = None;
-            if let Some(session) = session {
-                set.spawn(async move {
-                    let _ = tokio::time::timeout(Duration::from_secs(3), session.cancel()).await;
-                });
-            }
+            slot.closing.store(true, Ordering::Relaxed);
+            let slot = Arc::clone(slot);
+            set.spawn(async move { slot.drop_session().await });
         }
         while set.join_next().await.is_some() {}
-        for slot in self.slots.values() {
-            slot.kill_process_group();
-        }
+    }
+
+    /// How many `notifications/resources/updated` `server` has sent (diagnostics and
+    /// tests); `None` if not configured.
+    pub fn updates_received(&self, server: &str) -> Option<u64> {
+        self.slots
+            .get(server)
+            .map(|s| s.updates.load(Ordering::Relaxed))
+    }
+
+    /// The URIs `server` is subscribed to on its current connection, sorted.
+    pub fn subscriptions(&self, server: &str) -> Vec<String> {
+        let mut uris: Vec<String> = self.slots.get(server).map_or_else(Vec::new, |s| {
+            s.subscribed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .cloned()
+                .collect()
+        });
+        uris.sort();
+        uris
+    }
+
+    /// Entries in the content cache and their decoded size in bytes.
+    pub async fn content_cache_usage(&self) -> (u64, u64) {
+        self.cache.usage().await
     }
 
     /// How many requests of each MCP method were sent to `server` (e.g.
@@ -296,13 +553,16 @@ impl McpHost {
         Ok((Arc::clone(slot), peer))
     }
 
-    fn cached<T: ?Sized>(
+    async fn cached<T: ?Sized>(
         &self,
         server: &str,
         pick: impl Fn(&State) -> Option<Arc<T>>,
         empty: impl Fn() -> Arc<T>,
     ) -> Result<Arc<T>, SourceError> {
         let slot = self.slot(server)?;
+        if *slot.stale.borrow() {
+            live::wait_fresh(slot, slot.request_timeout(&self.options)).await;
+        }
         let status = slot.status();
         if !status.is_connected() {
             return Err(SourceError::Unavailable {
@@ -323,7 +583,15 @@ async fn timed<T>(
     slot.count(method);
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(convert::service_error(&slot.config.name, method, e)),
+        Ok(Err(e)) => {
+            let e = convert::service_error(&slot.config.name, method, e);
+            if let SourceError::Transport { message, .. } = &e {
+                // The event loop pings the server and reconnects it if it is gone
+                // (an HTTP server that restarted lost this session).
+                slot.signal(Signal::Suspect(message.clone()));
+            }
+            Err(e)
+        }
         // Dropping the request future made rmcp send `notifications/cancelled`.
         Err(_) => Err(SourceError::Timeout {
             server: slot.config.name.clone(),
@@ -388,7 +656,9 @@ where
     Ok((items, Some(cut)))
 }
 
-async fn connect(slot: Arc<Slot>, options: HostOptions) {
+/// Connects (or reconnects) one server under its connect timeout and lists what it
+/// declares. The outcome is the slot's status.
+pub(crate) async fn connect(slot: Arc<Slot>, options: HostOptions) {
     let name = slot.config.name.clone();
     let connect_timeout = slot
         .config
@@ -405,6 +675,7 @@ async fn connect(slot: Arc<Slot>, options: HostOptions) {
         Ok(session) => session,
         Err(reason) => {
             tracing::info!(server = %name, %reason, stderr = ?slot.stderr_tail(), "MCP server failed to connect");
+            slot.stop_child().await;
             slot.write().status = Some(ServerStatus::Failed { reason });
             return;
         }
@@ -412,7 +683,8 @@ async fn connect(slot: Arc<Slot>, options: HostOptions) {
     let peer = session.peer().clone();
     // rmcp's client response cache (SEP-2549) is on by default and may answer a read
     // from cache, or serve a stale copy when a refetch fails. Reads here must be
-    // authoritative and hostpipe keeps its own cache, so it is switched off.
+    // authoritative, and hostpipe's own content cache knows about `resources/updated`,
+    // reconnects and per-turn provenance, so rmcp's is switched off.
     peer.set_response_cache_config(ClientCacheConfig::disabled())
         .await;
     let info = session.peer_info();
@@ -423,6 +695,7 @@ async fn connect(slot: Arc<Slot>, options: HostOptions) {
     {
         let mut st = slot.write();
         st.capabilities = caps;
+        st.peer = Some(peer);
         if let Some(i) = &info {
             st.protocol_version = Some(i.protocol_version.to_string());
             st.implementation = i
@@ -433,13 +706,39 @@ async fn connect(slot: Arc<Slot>, options: HostOptions) {
         }
     }
     *slot.session.lock().await = Some(session);
+    refresh_lists(&slot, &options, Which::ALL).await;
+    slot.write().status = Some(ServerStatus::Connected);
+    tracing::info!(server = %name, "MCP server connected");
+}
 
+/// Which lists to fetch.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Which {
+    pub(crate) tools: bool,
+    /// Resources and resource templates (one `list_changed` covers both).
+    pub(crate) resources: bool,
+    pub(crate) prompts: bool,
+}
+
+impl Which {
+    const ALL: Self = Self {
+        tools: true,
+        resources: true,
+        prompts: true,
+    };
+}
+
+/// Lists what `which` asks for (only the kinds the server declares) and stores it; a
+/// failed or cut listing becomes a warning and leaves the previous list in place.
+pub(crate) async fn refresh_lists(slot: &Slot, options: &HostOptions, which: Which) {
+    let Some(peer) = slot.peer() else { return };
+    let caps = slot.read().capabilities;
     let mut warnings = Vec::new();
     // One paged listing, converted; a failure or a cut becomes a warning.
-    macro_rules! prefetch {
+    macro_rules! fetch {
         ($method:literal, $call:ident, $field:ident, $conv:path) => {{
             let p = peer.clone();
-            let listed = list_paged(&slot, $method, &options, move |params| {
+            let listed = list_paged(slot, $method, options, move |params| {
                 let p = p.clone();
                 async move { p.$call(params).await.map(|r| (r.$field, r.next_cursor)) }
             })
@@ -448,20 +747,20 @@ async fn connect(slot: Arc<Slot>, options: HostOptions) {
                 .map(|v| v.into_iter().map($conv).collect::<Arc<[_]>>())
         }};
     }
-    let tools = if caps.tools {
-        prefetch!("tools/list", list_tools, tools, convert::tool)
+    let tools = if which.tools && caps.tools {
+        fetch!("tools/list", list_tools, tools, convert::tool)
     } else {
         None
     };
-    let (resources, templates) = if caps.resources {
+    let (resources, templates) = if which.resources && caps.resources {
         (
-            prefetch!(
+            fetch!(
                 "resources/list",
                 list_resources,
                 resources,
                 convert::resource
             ),
-            prefetch!(
+            fetch!(
                 "resources/templates/list",
                 list_resource_templates,
                 resource_templates,
@@ -471,23 +770,26 @@ async fn connect(slot: Arc<Slot>, options: HostOptions) {
     } else {
         (None, None)
     };
-    let prompts = if caps.prompts {
-        prefetch!("prompts/list", list_prompts, prompts, convert::prompt)
+    let prompts = if which.prompts && caps.prompts {
+        fetch!("prompts/list", list_prompts, prompts, convert::prompt)
     } else {
         None
     };
     for w in &warnings {
-        tracing::warn!(server = %name, warning = %w, "MCP listing problem");
+        tracing::warn!(server = %slot.config.name, warning = %w, "MCP listing problem");
     }
     let mut st = slot.write();
-    st.tools = tools;
-    st.resources = resources;
-    st.templates = templates;
-    st.prompts = prompts;
+    if which.tools {
+        st.tools = tools.or_else(|| st.tools.take());
+    }
+    if which.resources {
+        st.resources = resources.or_else(|| st.resources.take());
+        st.templates = templates.or_else(|| st.templates.take());
+    }
+    if which.prompts {
+        st.prompts = prompts.or_else(|| st.prompts.take());
+    }
     st.warnings = warnings;
-    st.peer = Some(peer);
-    st.status = Some(ServerStatus::Connected);
-    tracing::info!(server = %name, "MCP server connected");
 }
 
 /// Keeps a listing's items, moving a cut or a failure into `warnings` (a server whose
@@ -516,6 +818,10 @@ async fn establish(slot: &Arc<Slot>, options: &HostOptions) -> Result<Session, S
     // rmcp 3.11 puts 2026-07-28 (no `initialize`) into `initialize` by default; pin the
     // newest version that has the handshake, which every current server speaks.
     .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
+    let conn = slot.conn.fetch_add(1, Ordering::SeqCst) + 1;
+    let handshake = |e: rmcp::service::ClientInitializeError| {
+        format!("`initialize` failed: {}", convert::describe_init(&e))
+    };
     match &slot.config.transport {
         TransportConfig::Stdio {
             command,
@@ -524,29 +830,47 @@ async fn establish(slot: &Arc<Slot>, options: &HostOptions) -> Result<Session, S
             cwd,
         } => {
             let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args).envs(env);
+            cmd.args(args)
+                .envs(env)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
             if let Some(cwd) = cwd {
                 cmd.current_dir(cwd);
             }
-            let mut wrap = process_wrap::tokio::CommandWrap::from(cmd);
             // Its own process group, so `npx`/`uvx` wrappers and their children go away
             // together on shutdown.
-            wrap.wrap(process_wrap::tokio::ProcessGroup::leader());
-            let (transport, stderr) = TokioChildProcess::builder(wrap)
-                .stderr(Stdio::piped())
+            #[cfg(unix)]
+            cmd.process_group(0);
+            let mut child = cmd
                 .spawn()
                 .map_err(|e| format!("cannot start `{command}`: {e}"))?;
             *slot
                 .process_group
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner) = transport.id();
-            if let Some(stderr) = stderr {
+                .unwrap_or_else(PoisonError::into_inner) = child.id();
+            if let Some(stderr) = child.stderr.take() {
                 tokio::spawn(drain_stderr(Arc::clone(slot), stderr));
             }
+            let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+                return Err(format!("`{command}`: no stdio pipes"));
+            };
+            *slot.child.lock().unwrap_or_else(PoisonError::into_inner) = Some(child);
+            let limit = options.max_message_bytes;
+            let reader = LineLimited::new(stdout, limit, &slot.config.name);
+            // `LineLimited` enforces the limit (and fails the request); rmcp's own cap
+            // would drop the line silently, so it is set out of the way.
+            let transport =
+                AsyncRwTransport::new_client(reader, stdin).with_max_line_length(usize::MAX);
             client
-                .serve(transport)
+                .serve(Observed {
+                    inner: transport,
+                    signals: slot.signals.clone(),
+                    conn,
+                })
                 .await
-                .map_err(|e| format!("`initialize` failed: {}", convert::describe_init(&e)))
+                .map_err(handshake)
         }
         TransportConfig::StreamableHttp { url, headers } => {
             let mut map = HashMap::new();
@@ -564,11 +888,22 @@ async fn establish(slot: &Arc<Slot>, options: &HostOptions) -> Result<Session, S
             let mut config =
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
             config.retry_config = Arc::new(backoff);
+            config.max_json_response_size = options.max_message_bytes;
+            config.max_sse_event_size = options.max_message_bytes;
+            // rmcp would re-initialize a session the server no longer knows without
+            // telling its handler, and the server-side subscriptions would be lost
+            // silently. hostpipe reconnects itself instead (`live::reconnect`), which
+            // drops the cache and subscribes again.
+            config.reinit_on_expired_session = false;
             let transport = StreamableHttpClientTransport::from_config(config);
             client
-                .serve(transport)
+                .serve(Observed {
+                    inner: transport,
+                    signals: slot.signals.clone(),
+                    conn,
+                })
                 .await
-                .map_err(|e| format!("`initialize` failed: {}", convert::describe_init(&e)))
+                .map_err(handshake)
         }
     }
 }
@@ -585,6 +920,25 @@ async fn drain_stderr(slot: Arc<Slot>, stderr: tokio::process::ChildStderr) {
             tail.pop_front();
         }
         tail.push_back(line);
+    }
+}
+
+/// `resources/subscribe` to `uri` unless already subscribed on this connection. A
+/// failure is logged and the read goes on (the cache's TTL still bounds staleness).
+async fn subscribe_once(slot: &Slot, peer: &Peer<RoleClient>, uri: &str, timeout: Duration) {
+    let fresh = slot
+        .subscribed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(uri.to_owned());
+    if !fresh {
+        return;
+    }
+    #[allow(deprecated)] // legacy-only in rmcp 3.11; the right call on `initialize` sessions
+    let call = peer.subscribe(SubscribeRequestParams::new(uri));
+    if let Err(e) = timed(slot, "resources/subscribe", timeout, call).await {
+        tracing::info!(server = %slot.config.name, %uri, error = %e, "resources/subscribe failed");
+        slot.take_subscription(uri);
     }
 }
 
@@ -618,6 +972,7 @@ impl McpSource for McpHost {
 
     async fn list_resources(&self, server: &str) -> Result<Arc<[Resource]>, SourceError> {
         self.cached(server, |s| s.resources.clone(), || Arc::from([]))
+            .await
     }
 
     async fn list_resource_templates(
@@ -625,38 +980,47 @@ impl McpSource for McpHost {
         server: &str,
     ) -> Result<Arc<[ResourceTemplate]>, SourceError> {
         self.cached(server, |s| s.templates.clone(), || Arc::from([]))
+            .await
     }
 
     async fn list_tools(&self, server: &str) -> Result<Arc<[Tool]>, SourceError> {
         self.cached(server, |s| s.tools.clone(), || Arc::from([]))
+            .await
     }
 
     async fn list_prompts(&self, server: &str) -> Result<Arc<[Prompt]>, SourceError> {
         self.cached(server, |s| s.prompts.clone(), || Arc::from([]))
+            .await
     }
 
-    async fn read_resource(
-        &self,
-        server: &str,
-        uri: &str,
-    ) -> Result<Vec<ResourceContents>, SourceError> {
+    async fn read_resource(&self, server: &str, uri: &str) -> Result<ResourceRead, SourceError> {
         let (slot, peer) = self.peer(server, Some("resources"))?;
-        let timeout = slot
-            .config
-            .request_timeout
-            .unwrap_or(self.options.request_timeout);
-        let result = timed(
-            &slot,
-            "resources/read",
-            timeout,
-            peer.read_resource(ReadResourceRequestParams::new(uri)),
-        )
-        .await?;
-        result
-            .contents
-            .into_iter()
-            .map(|c| convert::contents(server, c))
-            .collect()
+        let timeout = slot.request_timeout(&self.options);
+        let subscribe = slot.read().capabilities.resources_subscribe;
+        self.cache
+            .get_or_fetch(server, uri, || async {
+                // Subscribe before reading, so a change after the read is announced.
+                if subscribe {
+                    subscribe_once(&slot, &peer, uri, timeout).await;
+                }
+                let result = timed(
+                    &slot,
+                    "resources/read",
+                    timeout,
+                    peer.read_resource(ReadResourceRequestParams::new(uri)),
+                )
+                .await?;
+                let contents = result
+                    .contents
+                    .into_iter()
+                    .map(|c| convert::contents(server, c))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Fetched {
+                    contents,
+                    ttl_ms: result.ttl_ms,
+                })
+            })
+            .await
     }
 
     async fn call_tool(
@@ -666,10 +1030,7 @@ impl McpSource for McpHost {
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<ToolCallResult, SourceError> {
         let (slot, peer) = self.peer(server, Some("tools"))?;
-        let timeout = slot
-            .config
-            .request_timeout
-            .unwrap_or(self.options.request_timeout);
+        let timeout = slot.request_timeout(&self.options);
         let mut params = CallToolRequestParams::new(tool.to_owned());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);

@@ -1,0 +1,261 @@
+//! Keeping a server's state live: notifications in arrival order, debounced list
+//! refreshes, cache invalidation, unsubscribing, and reconnecting a lost server.
+//!
+//! rmcp hands each notification to the client handler on its own task, so the handler
+//! sees them out of order (see `docs/mcp-notes.md`). hostpipe does not use the handler:
+//! [`Observed`] wraps the transport and reports every notification from `receive`,
+//! which rmcp calls sequentially, into one channel per server, tagged with the
+//! connection it came from. [`run`] consumes that channel in order, one server at a
+//! time, and ignores what an older connection said.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::service::RxJsonRpcMessage;
+use rmcp::transport::Transport;
+use rmcp::{RoleClient, model::UnsubscribeRequestParams};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::cache::ContentCache;
+use crate::host::{HostOptions, Slot, Which, connect, refresh_lists};
+use hostpipe_core::ServerStatus;
+
+/// What a server's event loop is told, in order.
+#[derive(Debug)]
+pub(crate) enum Signal {
+    /// `notifications/resources/updated`.
+    Updated(String),
+    /// `notifications/resources/list_changed` (covers templates too).
+    ResourcesChanged,
+    /// `notifications/tools/list_changed`.
+    ToolsChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptsChanged,
+    /// The transport ended (stdio EOF, HTTP worker gone).
+    Closed,
+    /// A request failed at the transport: check the connection.
+    Suspect(String),
+    /// The content cache let go of a URI (expired or evicted).
+    Evicted(String),
+}
+
+pub(crate) type Signals = mpsc::UnboundedSender<(u64, Signal)>;
+
+/// A transport that reports notifications and its own end to the server's event loop.
+pub(crate) struct Observed<T> {
+    pub(crate) inner: T,
+    pub(crate) signals: Signals,
+    pub(crate) conn: u64,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        let signal = match &message {
+            None => Some(Signal::Closed),
+            Some(JsonRpcMessage::Notification(n)) => match &n.notification {
+                ServerNotification::ResourceUpdatedNotification(u) => {
+                    Some(Signal::Updated(u.params.uri.clone()))
+                }
+                ServerNotification::ResourceListChangedNotification(_) => {
+                    Some(Signal::ResourcesChanged)
+                }
+                ServerNotification::ToolListChangedNotification(_) => Some(Signal::ToolsChanged),
+                ServerNotification::PromptListChangedNotification(_) => {
+                    Some(Signal::PromptsChanged)
+                }
+                _ => None,
+            },
+            Some(_) => None,
+        };
+        if let Some(signal) = signal {
+            // The loop is gone only when the host is: nothing to tell.
+            let _ = self.signals.send((self.conn, signal));
+        }
+        message
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// A server's event loop; returns when the host drops the channel or shuts down.
+pub(crate) async fn run(
+    slot: Arc<Slot>,
+    options: HostOptions,
+    cache: Arc<ContentCache>,
+    mut signals: mpsc::UnboundedReceiver<(u64, Signal)>,
+) {
+    let name = slot.config.name.clone();
+    let mut dirty = Which::default();
+    let mut refresh_at: Option<Instant> = None;
+    let ping_every = slot.is_http().then_some(options.ping_interval);
+    let ping_every = ping_every.filter(|d| !d.is_zero());
+    let mut next_ping = ping_every.map(|d| Instant::now() + d);
+    loop {
+        let refresh_sleep = async {
+            match refresh_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let ping_sleep = async {
+            match next_ping {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            received = signals.recv() => {
+                let Some((conn, signal)) = received else { return };
+                if slot.closing.load(Ordering::Relaxed) {
+                    return;
+                }
+                if conn != slot.conn.load(Ordering::SeqCst) {
+                    continue;
+                }
+                match signal {
+                    Signal::Updated(uri) => {
+                        let was_cached = cache.invalidate_uri(&name, &uri).await;
+                        tracing::debug!(server = %name, %uri, was_cached, "resource updated");
+                        slot.note_update();
+                        if !was_cached {
+                            unsubscribe(&slot, &options, &uri).await;
+                        }
+                    }
+                    Signal::Evicted(uri) => {
+                        if !cache.contains(&name, &uri) {
+                            unsubscribe(&slot, &options, &uri).await;
+                        }
+                    }
+                    Signal::ResourcesChanged | Signal::ToolsChanged | Signal::PromptsChanged => {
+                        match signal {
+                            Signal::ResourcesChanged => dirty.resources = true,
+                            Signal::ToolsChanged => dirty.tools = true,
+                            _ => dirty.prompts = true,
+                        }
+                        slot.stale.send_replace(true);
+                        refresh_at.get_or_insert_with(|| Instant::now() + options.list_refresh_debounce);
+                    }
+                    Signal::Closed => {
+                        let reason = slot.exit_reason();
+                        reconnect(&slot, &options, &cache, reason).await;
+                        dirty = Which::default();
+                        refresh_at = None;
+                    }
+                    Signal::Suspect(reason) => {
+                        if !slot.ping(&options).await {
+                            reconnect(&slot, &options, &cache, reason).await;
+                            dirty = Which::default();
+                            refresh_at = None;
+                        }
+                    }
+                }
+            }
+            () = refresh_sleep => {
+                refresh_at = None;
+                let which = std::mem::take(&mut dirty);
+                refresh_lists(&slot, &options, which).await;
+                slot.stale.send_replace(false);
+            }
+            () = ping_sleep => {
+                next_ping = ping_every.map(|d| Instant::now() + d);
+                if slot.status().is_connected() && !slot.ping(&options).await {
+                    reconnect(&slot, &options, &cache, "no answer to `ping`".into()).await;
+                }
+            }
+        }
+    }
+}
+
+async fn unsubscribe(slot: &Slot, options: &HostOptions, uri: &str) {
+    if !slot.take_subscription(uri) {
+        return;
+    }
+    let Some(peer) = slot.peer() else { return };
+    let timeout = slot.request_timeout(options);
+    slot.count("resources/unsubscribe");
+    #[allow(deprecated)] // legacy-only in rmcp 3.11; the right call on `initialize` sessions
+    let call = peer.unsubscribe(UnsubscribeRequestParams::new(uri));
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(())) => tracing::debug!(server = %slot.config.name, %uri, "unsubscribed"),
+        Ok(Err(e)) => {
+            tracing::info!(server = %slot.config.name, %uri, error = %e, "resources/unsubscribe failed");
+        }
+        Err(_) => {
+            tracing::info!(server = %slot.config.name, %uri, "resources/unsubscribe timed out")
+        }
+    }
+}
+
+/// Drops the lost session and connects again with exponential backoff and full jitter
+/// (delays from `reconnect_delay`, doubling up to `reconnect_max_delay`), until it
+/// connects, the host shuts down, or `max_reconnect_attempts` is reached (status
+/// `failed`). The server's cached contents are dropped first: they may have changed
+/// while it was away. The lists are fetched again by the connect; subscriptions are
+/// made again by the next read of each resource.
+async fn reconnect(slot: &Arc<Slot>, options: &HostOptions, cache: &ContentCache, reason: String) {
+    if slot.closing.load(Ordering::Relaxed) {
+        return;
+    }
+    slot.drop_session().await;
+    cache.invalidate_server(&slot.config.name);
+    let mut reason = reason;
+    let mut delay = options.reconnect_delay;
+    let mut attempt: u32 = 1;
+    loop {
+        if options
+            .max_reconnect_attempts
+            .is_some_and(|max| attempt > max)
+        {
+            tracing::warn!(server = %slot.config.name, %reason, "MCP server lost; not reconnecting any more");
+            slot.set_status(ServerStatus::Failed { reason });
+            return;
+        }
+        slot.set_status(ServerStatus::Reconnecting {
+            reason: reason.clone(),
+            attempt,
+        });
+        tracing::info!(server = %slot.config.name, %reason, attempt, "MCP server lost; reconnecting");
+        // Full jitter over the upper half: many hosts restarting together spread out.
+        let half = delay / 2;
+        let wait = half + half.mul_f64(fastrand::f64());
+        tokio::time::sleep(wait).await;
+        if slot.closing.load(Ordering::Relaxed) {
+            return;
+        }
+        connect(Arc::clone(slot), options.clone()).await;
+        match slot.status() {
+            ServerStatus::Connected => {
+                tracing::info!(server = %slot.config.name, attempt, "MCP server reconnected");
+                return;
+            }
+            ServerStatus::Failed { reason: why } => reason = why,
+            _ => {}
+        }
+        slot.drop_session().await;
+        attempt = attempt.saturating_add(1);
+        delay = (delay * 2).min(options.reconnect_max_delay.max(options.reconnect_delay));
+    }
+}
+
+/// How long a list call waits for a pending refresh (after `list_changed`) before it
+/// answers with the list it has.
+pub(crate) async fn wait_fresh(slot: &Slot, timeout: Duration) {
+    let mut rx = slot.stale.subscribe();
+    let _ = tokio::time::timeout(timeout, rx.wait_for(|stale| !stale)).await;
+}
