@@ -98,14 +98,35 @@ pub fn demo(name: &str) -> ServerConfig {
 /// A host for `servers`, connected. Timeouts are generous for a loaded CI machine but
 /// bounded, so a broken peer fails the test instead of hanging it.
 pub async fn connect(servers: Vec<ServerConfig>) -> Arc<McpHost> {
-    let options = HostOptions {
+    connect_with(servers, test_options()).await
+}
+
+/// The host options of [`connect`], to adjust.
+pub fn test_options() -> HostOptions {
+    HostOptions {
         connect_timeout: Duration::from_secs(60),
         request_timeout: Duration::from_secs(30),
         ..HostOptions::default()
-    };
+    }
+}
+
+/// A host for `servers` with `options`, connected.
+pub async fn connect_with(servers: Vec<ServerConfig>, options: HostOptions) -> Arc<McpHost> {
     let host = Arc::new(McpHost::new(servers, options));
     host.connect_all().await;
     host
+}
+
+/// Polls `check` every 20 ms until it holds; panics after `within`.
+pub async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A server-everything process serving streamable HTTP on a free loopback port; killed
@@ -114,15 +135,22 @@ pub struct HttpEverything {
     child: tokio::process::Child,
     /// The MCP endpoint, `http://127.0.0.1:PORT/mcp`.
     pub url: String,
+    /// The port.
+    pub port: u16,
 }
 
 impl HttpEverything {
-    /// Starts it and waits (at most 30 s) until the port accepts connections.
+    /// Starts it on a free port and waits (at most 30 s) until it accepts connections.
     pub async fn start() -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free loopback port")
             .port();
+        Self::start_on(port).await
+    }
+
+    /// Starts it on `port` (e.g. again, after [`HttpEverything::stop`]).
+    pub async fn start_on(port: u16) -> Self {
         let child = tokio::process::Command::new("node")
             .arg(node_package("server-everything"))
             .arg("streamableHttp")
@@ -147,11 +175,13 @@ impl HttpEverything {
         Self {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
+            port,
         }
     }
 
     /// Stops the server.
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
+        let _ = self.child.wait().await;
     }
 }

@@ -13,11 +13,28 @@ use hostpipe_stages::{
 };
 use serde::Serialize;
 
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Turns to run.
+    pub turns: usize,
+    /// Token budget per turn.
+    pub budget: usize,
+    /// The user message of every turn.
+    pub query: String,
+    /// Every turn reads and processes everything afresh.
+    pub no_cache: bool,
+    /// Turns in flight at once (at least 1).
+    pub concurrency: usize,
+}
+
 /// What one bench run measured; printed as the last line, one JSON object.
 #[derive(Debug, Serialize)]
 pub struct BenchResult {
     /// Turns run.
     pub turns: usize,
+    /// Turns in flight at once.
+    pub concurrency: usize,
     /// Wall-clock seconds of the turns only (not the connection).
     pub seconds: f64,
     /// `turns / seconds`.
@@ -28,25 +45,35 @@ pub struct BenchResult {
 
 /// Connects to `server` (program and arguments) over stdio, attaches every listed
 /// resource at pipeline scope with a `budget`-token budget, and runs `turns` turns whose
-/// message is `query`. With `no_cache`, every turn reads and processes everything afresh
-/// (no split, count or summary cache); otherwise the production caches apply. Every turn
-/// reads every resource either way: hostpipe has no content cache yet.
+/// message is `query`, `concurrency` at a time over the one session. With `no_cache`,
+/// every turn reads and processes everything afresh (no content, split, count or summary
+/// cache); otherwise the production caches apply (a warm turn reads nothing).
 ///
 /// # Errors
-/// When the server cannot be started or lists no resources.
-pub async fn run(
-    turns: usize,
-    budget: usize,
-    query: &str,
-    no_cache: bool,
-    server: &[String],
-) -> anyhow::Result<BenchResult> {
+/// When the server cannot be started or lists no resources, or a turn ends early.
+pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<BenchResult> {
+    let BenchOptions {
+        turns,
+        budget,
+        ref query,
+        no_cache,
+        concurrency,
+    } = *options;
+    let concurrency = concurrency.max(1);
     let Some((command, args)) = server.split_first() else {
         bail!("give the server command after `--`")
     };
+    let host_options = HostOptions {
+        content_cache_bytes: if no_cache {
+            0
+        } else {
+            HostOptions::default().content_cache_bytes
+        },
+        ..HostOptions::default()
+    };
     let host = Arc::new(McpHost::new(
         [ServerConfig::stdio("bench", command, args)],
-        HostOptions::default(),
+        host_options,
     ));
     host.connect_all().await;
     let info = host.server("bench").context("bench server missing")?;
@@ -101,22 +128,42 @@ pub async fn run(
             None,
         ))
     };
-    let mut pipeline = build()?;
+    let shared = Arc::new(build()?);
+    let turn = |pipeline: Arc<Pipeline>| {
+        let query = query.clone();
+        async move {
+            match pipeline.prepare(Turn::new("bench", query)).await {
+                Prepared::Request(request, _) => Ok(request.context_tokens()),
+                Prepared::Ended(outcome) => {
+                    Err(anyhow::anyhow!("the turn ended early: {}", outcome.reply))
+                }
+            }
+        }
+    };
     let started = Instant::now();
     let mut tokens_injected = 0;
+    let mut set = tokio::task::JoinSet::new();
     for _ in 0..turns {
-        if no_cache {
-            pipeline = build()?;
+        if set.len() == concurrency
+            && let Some(done) = set.join_next().await
+        {
+            tokens_injected = done??;
         }
-        match pipeline.prepare(Turn::new("bench", query)).await {
-            Prepared::Request(request, _) => tokens_injected = request.context_tokens(),
-            Prepared::Ended(outcome) => bail!("the turn ended early: {}", outcome.reply),
-        }
+        let pipeline = if no_cache {
+            Arc::new(build()?)
+        } else {
+            Arc::clone(&shared)
+        };
+        set.spawn(turn(pipeline));
+    }
+    while let Some(done) = set.join_next().await {
+        tokens_injected = done??;
     }
     let seconds = started.elapsed().as_secs_f64();
     host.shutdown().await;
     Ok(BenchResult {
         turns,
+        concurrency,
         seconds,
         turns_per_s: turns as f64 / seconds.max(f64::EPSILON),
         tokens_injected,

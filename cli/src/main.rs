@@ -93,9 +93,13 @@ enum Command {
         /// The user message of every turn.
         #[arg(long, default_value = "how does the cache handle subscription timeout")]
         query: String,
-        /// Read and process everything afresh every turn.
+        /// Read and process everything afresh every turn (no content, split, count or
+        /// summary cache): the cold path.
         #[arg(long)]
         no_cache: bool,
+        /// Turns in flight at once, over the one MCP session.
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
         /// The server command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         server: Vec<String>,
@@ -158,9 +162,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             budget,
             query,
             no_cache,
+            concurrency,
             server,
         } => {
-            let result = hostpipe_cli::bench::run(turns, budget, &query, no_cache, &server).await?;
+            let options = hostpipe_cli::bench::BenchOptions {
+                turns,
+                budget,
+                query,
+                no_cache,
+                concurrency,
+            };
+            let result = hostpipe_cli::bench::run(&options, &server).await?;
             println!("{}", serde_json::to_string(&result)?);
             return Ok(ExitCode::SUCCESS);
         }

@@ -66,6 +66,9 @@ pub enum Prepared {
 
 impl Pipeline {
     /// A pipeline `id` running `stages` (name and stage, in order), then `runner`.
+    ///
+    /// Loads the model's tokenizer now (about 150 ms for `o200k_base`, once per
+    /// process), so that the first turn does not pay for it.
     pub fn new(
         id: impl Into<String>,
         stages: Vec<(String, Box<dyn Stage>)>,
@@ -73,6 +76,10 @@ impl Pipeline {
         model: Arc<ModelProfile>,
         system_prompt: Option<String>,
     ) -> Self {
+        if let Err(e) = crate::Tokenizer::new(model.encoding) {
+            // The stages that count tokens report it on their turn.
+            tracing::warn!(error = %e, "the model's tokenizer failed to load");
+        }
         Self {
             id: id.into(),
             stages: stages

@@ -98,9 +98,24 @@ fn benches(c: &mut Criterion) {
     c.bench_function("bm25_256k", |b| {
         b.iter(|| chunk::bm25(black_box(&text), &chunked, &query))
     });
+    c.bench_function("word_index_256k", |b| {
+        b.iter(|| {
+            let fresh = chunk::split(&text, chunk::SplitKind::Markdown, 512);
+            black_box(fresh.term_index(&text));
+        })
+    });
+    let indexed = chunk::split(&text, chunk::SplitKind::Markdown, 512);
+    indexed.term_index(&text);
+    c.bench_function("bm25_256k_indexed", |b| {
+        b.iter(|| chunk::bm25(black_box(&text), &indexed, &query))
+    });
     let scores = chunk::bm25(&text, &chunked, &query);
     c.bench_function("select_500_of_256k", |b| {
-        b.iter(|| chunk::select(black_box(&text), &chunked, &scores, 500, &tk))
+        b.iter(|| {
+            chunk::select(black_box(&text), &chunked, &scores, 500, &tk, &|s| {
+                tk.count(s)
+            })
+        })
     });
 
     let mut png = Vec::new();

@@ -31,9 +31,75 @@ pub struct Chunked {
     /// first time it is needed: a cached split makes a warm turn count nothing again.
     /// Counts are for one encoding; a split is cached per encoding.
     costs: Vec<std::sync::OnceLock<usize>>,
+    /// The word index, built the second time the split is used (see
+    /// [`Chunked::term_index`]).
+    index: std::sync::OnceLock<TermIndex>,
+}
+
+/// Where each word occurs: the postings (chunk, count) of every whole word of the text,
+/// ASCII-lowercased. It makes scoring a lookup per query word instead of a scan of the
+/// text; it depends only on the text and the split, so it is cached with the split.
+#[derive(Debug, Clone, Default)]
+pub struct TermIndex {
+    postings: std::collections::HashMap<Box<str>, Vec<(u32, u32)>>,
+}
+
+impl TermIndex {
+    /// Indexes the words of `text` (runs of alphanumeric, non-CJK characters: the same
+    /// whole words the scan counts), each in the chunk where it starts.
+    fn build(text: &str, chunks: &[Chunk]) -> Self {
+        let mut postings: std::collections::HashMap<Box<str>, Vec<(u32, u32)>> =
+            std::collections::HashMap::new();
+        let mut chunk = 0usize;
+        let mut key = String::new();
+        let mut record = |word: &str, at: usize| {
+            while chunk < chunks.len() && chunks[chunk].range.end <= at {
+                chunk += 1;
+            }
+            if chunks.get(chunk).is_none_or(|c| c.range.start > at) {
+                return;
+            }
+            let Ok(ci) = u32::try_from(chunk) else { return };
+            key.clear();
+            key.push_str(word);
+            key.make_ascii_lowercase();
+            let list = match postings.get_mut(key.as_str()) {
+                Some(list) => list,
+                None => postings.entry(key.as_str().into()).or_default(),
+            };
+            match list.last_mut() {
+                Some((last, n)) if *last == ci => *n += 1,
+                _ => list.push((ci, 1)),
+            }
+        };
+        let mut start: Option<usize> = None;
+        for (i, c) in text.char_indices() {
+            let in_word = c.is_alphanumeric() && !is_cjk(c);
+            match (in_word, start) {
+                (true, None) => start = Some(i),
+                (false, Some(s)) => {
+                    record(&text[s..i], s);
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = start {
+            record(&text[s..], s);
+        }
+        Self { postings }
+    }
 }
 
 impl Chunked {
+    /// The word index of `text` (which must be the text this split was made from),
+    /// built on first use. [`bm25`] uses it once it exists; callers build it when a
+    /// split is reused, so a text scored once never pays for an index.
+    pub fn term_index(&self, text: &str) -> &TermIndex {
+        self.index
+            .get_or_init(|| TermIndex::build(text, &self.chunks))
+    }
+
     /// The rendered cost of chunk `i` of `text`.
     fn cost(&self, text: &str, i: usize, tk: &Tokenizer) -> usize {
         let n = self.chunks.len();
@@ -141,7 +207,11 @@ pub fn split(text: &str, kind: SplitKind, chunk_tokens: usize) -> Chunked {
         })
         .collect();
     let costs = chunks.iter().map(|_| std::sync::OnceLock::new()).collect();
-    Chunked { chunks, costs }
+    Chunked {
+        chunks,
+        costs,
+        index: std::sync::OnceLock::new(),
+    }
 }
 
 /// Lowercase-insensitive word iterator: runs of alphanumeric characters.
@@ -214,34 +284,42 @@ fn variants(term: &str) -> Vec<String> {
     out
 }
 
-/// BM25 scores (k1 = 1.2, b = 0.75; Robertson and Zaragoza, "The Probabilistic
-/// Relevance Framework: BM25 and Beyond", 2009) of each chunk for `terms`, treating the
-/// chunks of the document as the corpus.
-pub fn bm25(text: &str, chunked: &Chunked, terms: &[String]) -> Vec<f64> {
-    const K1: f64 = 1.2;
-    const B: f64 = 0.75;
-    let n = chunked.chunks.len();
-    if n == 0 || terms.is_empty() {
-        return vec![0.0; n];
-    }
-    // Term frequencies per chunk, for the query terms only: one pass of an
-    // Aho-Corasick automaton over the whole text (ASCII case-insensitive; a non-ASCII
-    // term matches as written in lowercase), keeping whole-word matches.
-    let mut tf: Vec<Vec<u32>> = vec![vec![0u32; terms.len()]; n];
-    let mut patterns = Vec::new();
-    let mut term_of = Vec::new();
+/// Each variant counts for the first term that has it, as in the scan (where the
+/// first of two equal patterns wins).
+fn owned_variants(terms: &[String]) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = Vec::new();
     for (i, t) in terms.iter().enumerate() {
         for v in variants(t) {
-            patterns.push(v);
-            term_of.push(i);
+            if !out.iter().any(|(o, _)| *o == v) {
+                out.push((v, i));
+            }
         }
     }
+    out
+}
+
+/// Term frequencies from the word index: one lookup per variant.
+fn count_indexed(index: &TermIndex, terms: &[String], tf: &mut [Vec<u32>]) {
+    for (variant, term) in owned_variants(terms) {
+        for &(chunk, count) in index.postings.get(variant.as_str()).into_iter().flatten() {
+            if let Some(row) = usize::try_from(chunk).ok().and_then(|c| tf.get_mut(c)) {
+                row[term] += count;
+            }
+        }
+    }
+}
+
+/// Term frequencies by one pass of an Aho-Corasick automaton over the whole text
+/// (ASCII case-insensitive; a non-ASCII term matches as written in lowercase), keeping
+/// whole-word matches.
+fn count_scanned(text: &str, chunked: &Chunked, terms: &[String], tf: &mut [Vec<u32>]) {
+    let (patterns, term_of): (Vec<String>, Vec<usize>) = owned_variants(terms).into_iter().unzip();
     let Ok(ac) = aho_corasick::AhoCorasick::builder()
         .ascii_case_insensitive(true)
         .match_kind(aho_corasick::MatchKind::LeftmostLongest)
         .build(&patterns)
     else {
-        return vec![0.0; n];
+        return;
     };
     let is_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() && !is_cjk(c));
     for m in ac.find_iter(text) {
@@ -256,6 +334,26 @@ pub fn bm25(text: &str, chunked: &Chunked, terms: &[String]) -> Vec<f64> {
         {
             tf[i][term_of[m.pattern().as_usize()]] += 1;
         }
+    }
+}
+
+/// BM25 scores (k1 = 1.2, b = 0.75; Robertson and Zaragoza, "The Probabilistic
+/// Relevance Framework: BM25 and Beyond", 2009) of each chunk for `terms`, treating the
+/// chunks of the document as the corpus.
+pub fn bm25(text: &str, chunked: &Chunked, terms: &[String]) -> Vec<f64> {
+    const K1: f64 = 1.2;
+    const B: f64 = 0.75;
+    let n = chunked.chunks.len();
+    if n == 0 || terms.is_empty() {
+        return vec![0.0; n];
+    }
+    let mut tf: Vec<Vec<u32>> = vec![vec![0u32; terms.len()]; n];
+    match chunked.index.get() {
+        // CJK terms match inside runs of CJK text, which the index does not split.
+        Some(index) if !terms.iter().any(|t| t.chars().any(is_cjk)) => {
+            count_indexed(index, terms, &mut tf);
+        }
+        _ => count_scanned(text, chunked, terms, &mut tf),
     }
     let avg = chunked.chunks.iter().map(|c| c.words).sum::<usize>() as f64 / n as f64;
     let idf: Vec<f64> = (0..terms.len())
@@ -306,13 +404,16 @@ fn locator(i: usize, n: usize, c: &Chunk) -> String {
 
 /// Keeps the best-scoring chunks that fit `allowance` tokens, locators included, then,
 /// while room is left, unscored chunks from the top; rendered in document order. `None`
-/// when no chunk scores above zero or none fits.
+/// when no chunk scores above zero or none fits. Chunk costs are counted with `tk` (and
+/// memoized in the split); the rendered result with `count`, which must give `tk`'s
+/// exact count (a caller may cache it).
 pub fn select(
     text: &str,
     chunked: &Chunked,
     scores: &[f64],
     allowance: usize,
     tk: &Tokenizer,
+    count: &dyn Fn(&str) -> usize,
 ) -> Option<Selection> {
     let n = chunked.chunks.len();
     let mut order: Vec<usize> = (0..n).filter(|&i| scores[i] > 0.0).collect();
@@ -354,7 +455,7 @@ pub fn select(
             out.push_str(text[c.range.clone()].trim_end());
             out.push('\n');
         }
-        let tokens = tk.count(&out);
+        let tokens = count(&out);
         if tokens <= allowance {
             return Some(Selection {
                 text: out,
@@ -376,6 +477,42 @@ mod tests {
 
     use super::*;
 
+    fn scan_and_index(doc: &str, query: &str) -> (Vec<f64>, Vec<f64>) {
+        let chunked = split(doc, SplitKind::Markdown, 16);
+        let terms = query_terms(query);
+        let scanned = bm25(doc, &chunked, &terms);
+        chunked.term_index(doc);
+        (scanned, bm25(doc, &chunked, &terms))
+    }
+
+    #[test]
+    fn the_word_index_scores_exactly_as_the_scan() {
+        let doc = "# Caches\n\nThe CACHE caches; caching cached x-cache xcache cachecache.\n\n\
+                   ## Émile\n\nÉmile émile subscription-timeout timeouts.\n\n\
+                   Plain words about nothing in particular, then cache again at the end.";
+        for q in [
+            "how does the cache handle subscription timeout",
+            "cache caching caches",
+            "émile",
+            "nothing",
+        ] {
+            let (scanned, indexed) = scan_and_index(doc, q);
+            assert_eq!(scanned, indexed, "{q}");
+            assert!(scanned.iter().any(|s| *s > 0.0), "{q}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn index_and_scan_agree_on_any_text(
+            doc in "[a-dA-D ,.\\-\n#é]{0,400}",
+            query in "[a-dA-D ]{0,20}",
+        ) {
+            let (scanned, indexed) = scan_and_index(&doc, &query);
+            proptest::prop_assert_eq!(scanned, indexed);
+        }
+    }
+
     #[test]
     fn the_chunk_with_the_answer_is_selected() {
         let mut doc = String::new();
@@ -396,7 +533,7 @@ mod tests {
         let terms = query_terms("How long do I have to get a zebra refund?");
         assert_eq!(terms, ["long", "have", "get", "zebra", "refund"]);
         let scores = bm25(&doc, &chunked, &terms);
-        let sel = select(&doc, &chunked, &scores, 120, &tk)
+        let sel = select(&doc, &chunked, &scores, 120, &tk, &|s| tk.count(s))
             .unwrap_or_else(|| unreachable!("a selection"));
         assert!(sel.text.contains("zebra subscription"), "{}", sel.text);
         assert!(sel.tokens <= 120 && sel.tokens == tk.count(&sel.text));
@@ -419,8 +556,8 @@ mod tests {
             ("停车场在哪里", "温室后面"),
         ] {
             let scores = bm25(&doc, &chunked, &query_terms(q));
-            let sel =
-                select(&doc, &chunked, &scores, 200, &tk).unwrap_or_else(|| unreachable!("{q}"));
+            let sel = select(&doc, &chunked, &scores, 200, &tk, &|s| tk.count(s))
+                .unwrap_or_else(|| unreachable!("{q}"));
             assert!(sel.text.contains(needle), "{q}: {}", sel.text);
         }
     }
@@ -431,7 +568,10 @@ mod tests {
         let doc = "alpha beta gamma\n".repeat(100);
         let chunked = split(&doc, SplitKind::Plain, 32);
         let scores = bm25(&doc, &chunked, &query_terms("delta"));
-        assert_eq!(select(&doc, &chunked, &scores, 500, &tk), None);
+        assert_eq!(
+            select(&doc, &chunked, &scores, 500, &tk, &|s| tk.count(s)),
+            None
+        );
     }
 
     #[test]

@@ -95,6 +95,9 @@ pub struct Item {
     pub must: bool,
     /// Strategy for this item.
     pub strategy: Strategy,
+    /// [`content_hash`] of the text, when the caller has it already (a 4 MiB text costs
+    /// about 0.3 ms to hash); computed here otherwise.
+    pub text_hash: Option<u64>,
 }
 
 /// What fitting did to one item.
@@ -115,8 +118,8 @@ pub struct Fitted {
 /// whole without tokenizing it (no real text averages 6 bytes per token).
 const SURELY_TOO_LARGE_BYTES_PER_TOKEN: usize = 6;
 
-fn exact_count(text: &str, tk: &Tokenizer, caches: &Caches) -> usize {
-    let key = content_hash(text) ^ (tk.encoding() as u64).rotate_left(56);
+fn exact_count(text: &str, hash: u64, tk: &Tokenizer, caches: &Caches) -> usize {
+    let key = hash ^ (tk.encoding() as u64).rotate_left(56);
     caches.counts.get_with(key, || tk.count(text))
 }
 
@@ -129,16 +132,25 @@ pub async fn fit(
     tk: &Tokenizer,
     opts: &FitOptions,
 ) -> Vec<Fitted> {
+    // Each text's hash, once: it keys the count, split and summary caches.
+    let hashes: Vec<u64> = items
+        .par_iter()
+        .map(|it| match &it.converted {
+            Converted::Text(t) => it.text_hash.unwrap_or_else(|| content_hash(t)),
+            _ => 0,
+        })
+        .collect();
     // What each item would cost whole; texts are counted in parallel.
     let costs: Vec<(usize, bool)> = items
         .par_iter()
-        .map(|it| match &it.converted {
+        .zip(&hashes)
+        .map(|(it, &hash)| match &it.converted {
             Converted::Text(t)
                 if t.len() > budget.saturating_mul(SURELY_TOO_LARGE_BYTES_PER_TOKEN) =>
             {
                 (t.len().div_ceil(4), true)
             }
-            Converted::Text(t) => (exact_count(t, tk, &opts.caches), false),
+            Converted::Text(t) => (exact_count(t, hash, tk, &opts.caches), false),
             Converted::Image { width, height, .. } => (image_tokens(*width, *height), false),
             Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
                 (tk.count(note), false)
@@ -167,23 +179,27 @@ pub async fn fit(
         .par_iter()
         .zip(&costs)
         .zip(&allowances)
-        .map(|((it, (cost, estimated)), allowance)| match &it.converted {
-            Converted::Text(t)
-                if !terms.is_empty()
-                    && (*estimated || cost > allowance)
-                    && matches!(it.strategy, Strategy::Auto | Strategy::Chunk) =>
-            {
-                Some(score(
-                    it,
-                    t,
-                    &terms,
-                    chunk_size(budget.min(*allowance).max(1)),
-                    tk,
-                    opts,
-                ))
-            }
-            _ => None,
-        })
+        .zip(&hashes)
+        .map(
+            |(((it, (cost, estimated)), allowance), &hash)| match &it.converted {
+                Converted::Text(t)
+                    if !terms.is_empty()
+                        && (*estimated || cost > allowance)
+                        && matches!(it.strategy, Strategy::Auto | Strategy::Chunk) =>
+                {
+                    Some(score(
+                        it,
+                        t,
+                        hash,
+                        &terms,
+                        chunk_size(budget.min(*allowance).max(1)),
+                        tk,
+                        opts,
+                    ))
+                }
+                _ => None,
+            },
+        )
         .collect();
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -227,7 +243,15 @@ pub async fn fit(
                 if !terms.is_empty()
                     && matches!(item.strategy, Strategy::Auto | Strategy::Chunk) =>
             {
-                Some(score(item, t, &terms, chunk_size(allowance), tk, opts))
+                Some(score(
+                    item,
+                    t,
+                    hashes[i],
+                    &terms,
+                    chunk_size(allowance),
+                    tk,
+                    opts,
+                ))
             }
             _ => None,
         };
@@ -262,17 +286,26 @@ struct Scored {
 fn score(
     item: &Item,
     text: &str,
+    hash: u64,
     terms: &[String],
     chunk_tokens: usize,
     tk: &Tokenizer,
     opts: &FitOptions,
 ) -> Scored {
     let kind = chunk::SplitKind::detect(item.mime_type.as_deref(), &item.source.uri);
-    let key = (content_hash(text), kind, chunk_tokens, tk.encoding());
-    let chunked = opts
+    let key = (hash, kind, chunk_tokens, tk.encoding());
+    let entry = opts
         .caches
         .splits
-        .get_with(key, || Arc::new(chunk::split(text, kind, chunk_tokens)));
+        .entry(key)
+        .or_insert_with(|| Arc::new(chunk::split(text, kind, chunk_tokens)));
+    let reused = !entry.is_fresh();
+    let chunked = entry.into_value();
+    // A text scored a second time is likely to be scored again (an attached resource,
+    // turn after turn): index its words once, and look them up from then on.
+    if reused {
+        chunked.term_index(text);
+    }
     let scores = chunk::bm25(text, &chunked, terms);
     Scored { chunked, scores }
 }
@@ -464,7 +497,9 @@ async fn shrink(
     match step {
         Strategy::Chunk => {
             let scored = scored?;
-            let sel = chunk::select(text, &scored.chunked, &scored.scores, allowance, tk)?;
+            // The rendered selection's count is cached by its hash like any text's.
+            let count = |s: &str| exact_count(s, content_hash(s), tk, &opts.caches);
+            let sel = chunk::select(text, &scored.chunked, &scored.scores, allowance, tk, &count)?;
             Some((
                 sel.text,
                 sel.tokens,
@@ -563,6 +598,7 @@ mod tests {
                         Converted::Text(text)
                     },
                     must,
+                    text_hash: None,
                     strategy: strategies[s],
                 })
                 .collect();

@@ -701,6 +701,7 @@ impl Stage for ResourceContextInjection {
                         },
                         must,
                         strategy: p.strategy,
+                        text_hash: None,
                     });
                     continue;
                 }
@@ -761,8 +762,10 @@ impl Stage for ResourceContextInjection {
                     }
                     None => convert(item, &p.listed.meta, &model, &self.limits),
                 };
+                let mut text_hash = None;
                 if let Converted::Text(text) = &converted {
                     let h = content_hash(text);
+                    text_hash = Some(h);
                     if let Some((_, first)) = seen.iter().find(|(x, _)| *x == h) {
                         turn.trace.warn(format!(
                             "{} from `{}` has the same text as {first}; injected once",
@@ -781,6 +784,7 @@ impl Stage for ResourceContextInjection {
                     converted,
                     must,
                     strategy: p.strategy,
+                    text_hash,
                 });
             }
         }

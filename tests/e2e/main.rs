@@ -15,6 +15,7 @@ mod content;
 mod everything;
 mod failures;
 mod filesystem;
+mod live;
 mod python;
 mod registry;
 mod summarizer;

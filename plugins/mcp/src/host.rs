@@ -137,7 +137,7 @@ pub(crate) struct Slot {
     /// URIs subscribed to on the current connection.
     subscribed: Mutex<HashSet<String>>,
     /// A `list_changed` arrived and the refresh has not finished.
-    pub(crate) stale: watch::Sender<bool>,
+    pub(crate) stale: Arc<watch::Sender<bool>>,
     /// The host is shutting down: no reconnects.
     pub(crate) closing: AtomicBool,
     updates: AtomicU64,
@@ -166,7 +166,7 @@ impl Slot {
             signals,
             signals_rx: Mutex::new(Some(rx)),
             subscribed: Mutex::default(),
-            stale: watch::Sender::new(false),
+            stale: Arc::new(watch::Sender::new(false)),
             closing: AtomicBool::new(false),
             updates: AtomicU64::new(0),
         }
@@ -492,6 +492,14 @@ impl McpHost {
         uris
     }
 
+    /// How many connection attempts `server` has had: 1 after the first connect, one
+    /// more for each reconnect attempt. 0 if not configured or disabled.
+    pub fn connections(&self, server: &str) -> u64 {
+        self.slots
+            .get(server)
+            .map_or(0, |s| s.conn.load(Ordering::SeqCst))
+    }
+
     /// Entries in the content cache and their decoded size in bytes.
     pub async fn content_cache_usage(&self) -> (u64, u64) {
         self.cache.usage().await
@@ -707,6 +715,7 @@ pub(crate) async fn connect(slot: Arc<Slot>, options: HostOptions) {
     }
     *slot.session.lock().await = Some(session);
     refresh_lists(&slot, &options, Which::ALL).await;
+    slot.stale.send_replace(false);
     slot.write().status = Some(ServerStatus::Connected);
     tracing::info!(server = %name, "MCP server connected");
 }
@@ -867,6 +876,7 @@ async fn establish(slot: &Arc<Slot>, options: &HostOptions) -> Result<Session, S
                 .serve(Observed {
                     inner: transport,
                     signals: slot.signals.clone(),
+                    stale: Arc::clone(&slot.stale),
                     conn,
                 })
                 .await
@@ -900,6 +910,7 @@ async fn establish(slot: &Arc<Slot>, options: &HostOptions) -> Result<Session, S
                 .serve(Observed {
                     inner: transport,
                     signals: slot.signals.clone(),
+                    stale: Arc::clone(&slot.stale),
                     conn,
                 })
                 .await

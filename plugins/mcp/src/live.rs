@@ -49,6 +49,9 @@ pub(crate) type Signals = mpsc::UnboundedSender<(u64, Signal)>;
 pub(crate) struct Observed<T> {
     pub(crate) inner: T,
     pub(crate) signals: Signals,
+    /// Set here, before rmcp sees anything that follows the `list_changed`, so a list
+    /// call made after it waits for the refresh.
+    pub(crate) stale: Arc<tokio::sync::watch::Sender<bool>>,
     pub(crate) conn: u64,
 }
 
@@ -81,6 +84,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
             },
             Some(_) => None,
         };
+        if matches!(
+            signal,
+            Some(Signal::ResourcesChanged | Signal::ToolsChanged | Signal::PromptsChanged)
+        ) {
+            self.stale.send_replace(true);
+        }
         if let Some(signal) = signal {
             // The loop is gone only when the host is: nothing to tell.
             let _ = self.signals.send((self.conn, signal));
