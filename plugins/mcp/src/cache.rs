@@ -218,6 +218,11 @@ impl ContentCache {
             .invalidate_entries_if(move |k, _| k.server == server);
     }
 
+    /// Whether the cache keeps anything (a zero size or TTL turns it off).
+    pub(crate) fn is_enabled(&self) -> bool {
+        !self.ttl.is_zero()
+    }
+
     /// Whether a fresh copy of `uri` on `server` is cached.
     pub(crate) fn contains(&self, server: &str, uri: &str) -> bool {
         !self.ttl.is_zero() && self.entries.contains_key(&self.key(server, uri))

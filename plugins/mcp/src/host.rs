@@ -1007,7 +1007,8 @@ impl McpSource for McpHost {
     async fn read_resource(&self, server: &str, uri: &str) -> Result<ResourceRead, SourceError> {
         let (slot, peer) = self.peer(server, Some("resources"))?;
         let timeout = slot.request_timeout(&self.options);
-        let subscribe = slot.read().capabilities.resources_subscribe;
+        // A subscription only serves to drop a cached copy: none without a cache.
+        let subscribe = slot.read().capabilities.resources_subscribe && self.cache.is_enabled();
         self.cache
             .get_or_fetch(server, uri, || async {
                 // Subscribe before reading, so a change after the read is announced.
