@@ -228,6 +228,12 @@ impl ContentCache {
         !self.ttl.is_zero() && self.entries.contains_key(&self.key(server, uri))
     }
 
+    /// Runs moka's pending maintenance: expired entries leave (and their eviction
+    /// listener runs) even when nothing reads the cache.
+    pub(crate) async fn sweep(&self) {
+        self.entries.run_pending_tasks().await;
+    }
+
     /// Cached entries and their weight in bytes (after pending maintenance).
     pub(crate) async fn usage(&self) -> (u64, u64) {
         self.entries.run_pending_tasks().await;

@@ -120,6 +120,62 @@ struct State {
 
 const STDERR_TAIL_LINES: usize = 5;
 
+/// Subscriptions on the current connection, and reads in progress per URI.
+#[derive(Default)]
+struct Subs {
+    subscribed: HashSet<String>,
+    readers: HashMap<String, u32>,
+}
+
+struct ReadGuard<'a> {
+    slot: &'a Slot,
+    uri: String,
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        let mut subs = self.slot.subs();
+        if let Some(n) = subs.readers.get_mut(&self.uri) {
+            *n -= 1;
+            if *n == 0 {
+                subs.readers.remove(&self.uri);
+            }
+        }
+    }
+}
+
+/// List freshness as two counters: `list_changed` notifications seen (bumped by the
+/// transport wrapper the moment one arrives) and the count the last refresh covered. A
+/// list call waits while `refreshed < seen`; a notification that arrives during a
+/// refresh is not covered by it.
+#[derive(Default)]
+pub(crate) struct ListVersions {
+    pub(crate) seen: AtomicU64,
+    pub(crate) refreshed: watch::Sender<u64>,
+}
+
+impl ListVersions {
+    /// Records that the lists are fresh up to notification `upto`.
+    pub(crate) fn mark_refreshed(&self, upto: u64) {
+        self.refreshed.send_if_modified(|r| {
+            let newer = upto > *r;
+            if newer {
+                *r = upto;
+            }
+            newer
+        });
+    }
+
+    /// Forgets pending refreshes (the connection they were for is gone).
+    pub(crate) fn forgive(&self) {
+        self.mark_refreshed(self.seen.load(Ordering::SeqCst));
+    }
+
+    fn is_stale(&self) -> bool {
+        self.seen.load(Ordering::SeqCst) > *self.refreshed.borrow()
+    }
+}
+
 pub(crate) struct Slot {
     pub(crate) config: ServerConfig,
     state: RwLock<State>,
@@ -132,12 +188,11 @@ pub(crate) struct Slot {
     child: Mutex<Option<tokio::process::Child>>,
     /// Connection number: bumped by every connect; signals of older ones are ignored.
     pub(crate) conn: AtomicU64,
-    signals: Signals,
+    pub(crate) signals: Signals,
     signals_rx: Mutex<Option<mpsc::UnboundedReceiver<(u64, Signal)>>>,
-    /// URIs subscribed to on the current connection.
-    subscribed: Mutex<HashSet<String>>,
-    /// A `list_changed` arrived and the refresh has not finished.
-    pub(crate) stale: Arc<watch::Sender<bool>>,
+    subs: Mutex<Subs>,
+    /// `list_changed` notifications seen and lists refreshed since.
+    pub(crate) lists: ListVersions,
     /// The host is shutting down: no reconnects.
     pub(crate) closing: AtomicBool,
     updates: AtomicU64,
@@ -165,8 +220,8 @@ impl Slot {
             conn: AtomicU64::new(0),
             signals,
             signals_rx: Mutex::new(Some(rx)),
-            subscribed: Mutex::default(),
-            stale: Arc::new(watch::Sender::new(false)),
+            subs: Mutex::default(),
+            lists: ListVersions::default(),
             closing: AtomicBool::new(false),
             updates: AtomicU64::new(0),
         }
@@ -220,12 +275,30 @@ impl Slot {
         self.updates.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Removes `uri` from the subscriptions; whether it was there.
-    pub(crate) fn take_subscription(&self, uri: &str) -> bool {
-        self.subscribed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(uri)
+    fn subs(&self) -> std::sync::MutexGuard<'_, Subs> {
+        self.subs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks a read of `uri` in progress until the guard drops (after the result is in
+    /// the cache), so that an unsubscribe decided meanwhile does not drop the
+    /// subscription the new entry relies on.
+    fn begin_read(&self, uri: &str) -> ReadGuard<'_> {
+        *self.subs().readers.entry(uri.to_owned()).or_default() += 1;
+        ReadGuard {
+            slot: self,
+            uri: uri.to_owned(),
+        }
+    }
+
+    /// Removes `uri` from the subscriptions when nothing needs it: no fresh cached copy
+    /// (`cached` says) and no read in progress. Whether it was removed (and the caller
+    /// should send `resources/unsubscribe`).
+    pub(crate) fn release_subscription(&self, uri: &str, cached: impl Fn() -> bool) -> bool {
+        let mut subs = self.subs();
+        if subs.readers.get(uri).is_some_and(|&n| n > 0) || cached() {
+            return false;
+        }
+        subs.subscribed.remove(uri)
     }
 
     /// Why the connection ended, from the child's exit status when there is one.
@@ -262,18 +335,15 @@ impl Slot {
             let mut st = self.write();
             st.peer = None;
         }
-        self.subscribed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.subs().subscribed.clear();
         if let Some(session) = session {
             let _ = tokio::time::timeout(Duration::from_secs(3), session.cancel()).await;
         }
         self.stop_child().await;
     }
 
-    /// Waits briefly for a stdio child that lost its stdin to exit, then kills its
-    /// process group.
+    /// Stops a stdio child whose stdin is closed: up to 2 s to exit on its own, then
+    /// SIGTERM to its process group and up to 1 s more, then SIGKILL to what is left.
     async fn stop_child(&self) {
         let child = self
             .child
@@ -281,9 +351,36 @@ impl Slot {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(mut child) = child {
-            let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+            let exited = tokio::time::timeout(Duration::from_secs(2), child.wait())
+                .await
+                .is_ok();
+            if !exited {
+                self.signal_process_group(false);
+                let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+            }
         }
         self.kill_process_group();
+    }
+
+    /// SIGTERM (or SIGKILL) to the stdio server's process group, if it has one.
+    fn signal_process_group(&self, kill: bool) {
+        let group = *self
+            .process_group
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        #[cfg(unix)]
+        if let Some(pgid) = group.and_then(|g| i32::try_from(g).ok()) {
+            use nix::sys::signal::{Signal, killpg};
+            let signal = if kill {
+                Signal::SIGKILL
+            } else {
+                Signal::SIGTERM
+            };
+            // ESRCH (nothing left) is the usual, good outcome.
+            let _ = killpg(nix::unistd::Pid::from_raw(pgid), signal);
+        }
+        #[cfg(not(unix))]
+        let _ = (group, kill);
     }
 
     pub(crate) fn count(&self, method: &'static str) {
@@ -297,19 +394,11 @@ impl Slot {
 
     /// Kills what is left of a stdio server's process group (`npx` and its children).
     fn kill_process_group(&self) {
-        let group = self
+        self.signal_process_group(true);
+        *self
             .process_group
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        #[cfg(unix)]
-        if let Some(pgid) = group.and_then(|g| i32::try_from(g).ok()) {
-            use nix::sys::signal::{Signal, killpg};
-            // ESRCH (nothing left) is the usual, good outcome.
-            let _ = killpg(nix::unistd::Pid::from_raw(pgid), Signal::SIGKILL);
-        }
-        #[cfg(not(unix))]
-        let _ = group;
+            .unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     fn stderr_tail(&self) -> Vec<String> {
@@ -354,6 +443,11 @@ impl Drop for McpHost {
         for slot in self.slots.values() {
             slot.closing.store(true, Ordering::Relaxed);
             slot.kill_process_group();
+            // The session's transport holds the slot; dropping the session (which
+            // cancels it) breaks that cycle when `shutdown` was not called.
+            if let Ok(mut session) = slot.session.try_lock() {
+                session.take();
+            }
         }
         for task in self
             .loops
@@ -378,18 +472,11 @@ impl McpHost {
             .iter()
             .map(|(name, slot)| (name.clone(), slot.signals.clone()))
             .collect();
-        let conns: HashMap<String, Arc<Slot>> = slots
-            .iter()
-            .map(|(n, s)| (n.clone(), Arc::clone(s)))
-            .collect();
-        // Weak would do, but the loop tasks hold the slots anyway; the senders only
-        // queue a signal.
+        // Only the senders: the cache must not hold the slots (they hold the cache).
+        // An eviction concerns whichever connection is current: tagged 0, "any".
         let on_evict = Arc::new(move |server: &str, uri: &str| {
-            if let (Some(tx), Some(slot)) = (senders.get(server), conns.get(server)) {
-                let _ = tx.send((
-                    slot.conn.load(Ordering::SeqCst),
-                    Signal::Evicted(uri.into()),
-                ));
+            if let Some(tx) = senders.get(server) {
+                let _ = tx.send((0, Signal::Evicted(uri.into())));
             }
         });
         let cache = Arc::new(ContentCache::new(
@@ -422,30 +509,48 @@ impl McpHost {
                 continue;
             }
             slot.write().status = Some(ServerStatus::Connecting);
-            set.spawn(connect(Arc::clone(slot), self.options.clone()));
+            let (slot, options, cache) = (
+                Arc::clone(slot),
+                self.options.clone(),
+                Arc::clone(&self.cache),
+            );
+            set.spawn(async move {
+                connect(Arc::clone(&slot), options, cache).await;
+                slot
+            });
         }
+        // Each server's event loop starts as soon as its connect succeeds, so one that
+        // is lost while others still connect is reconnected (its `Closed` waits in the
+        // queue). A server that never connected is not retried: its config is the
+        // likelier problem, and its status says what it is.
         while let Some(joined) = set.join_next().await {
-            if let Err(e) = joined {
-                tracing::error!(error = %e, "an MCP connect task failed");
+            match joined {
+                Ok(slot) => self.start_loop(&slot),
+                Err(e) => tracing::error!(error = %e, "an MCP connect task failed"),
             }
         }
-        let mut loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
-        for slot in self.slots.values() {
-            let rx = slot
-                .signals_rx
+    }
+
+    fn start_loop(&self, slot: &Arc<Slot>) {
+        // Only for a server whose first connect succeeded (it has a session).
+        if slot.closing.load(Ordering::Relaxed) || slot.peer().is_none() {
+            return;
+        }
+        let rx = slot
+            .signals_rx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(rx) = rx {
+            self.loops
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            // A server that never connected is not retried: its config is the likelier
-            // problem, and its status says what it is.
-            if let Some(rx) = rx.filter(|_| slot.status().is_connected()) {
-                loops.push(tokio::spawn(live::run(
+                .push(tokio::spawn(live::run(
                     Arc::clone(slot),
                     self.options.clone(),
                     Arc::clone(&self.cache),
                     rx,
                 )));
-            }
         }
     }
 
@@ -465,7 +570,14 @@ impl McpHost {
         for slot in self.slots.values() {
             slot.closing.store(true, Ordering::Relaxed);
             let slot = Arc::clone(slot);
-            set.spawn(async move { slot.drop_session().await });
+            set.spawn(async move {
+                slot.drop_session().await;
+                if !slot.config.disabled {
+                    slot.set_status(ServerStatus::Failed {
+                        reason: "the host shut down".into(),
+                    });
+                }
+            });
         }
         while set.join_next().await.is_some() {}
     }
@@ -480,14 +592,10 @@ impl McpHost {
 
     /// The URIs `server` is subscribed to on its current connection, sorted.
     pub fn subscriptions(&self, server: &str) -> Vec<String> {
-        let mut uris: Vec<String> = self.slots.get(server).map_or_else(Vec::new, |s| {
-            s.subscribed
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .cloned()
-                .collect()
-        });
+        let mut uris: Vec<String> = self
+            .slots
+            .get(server)
+            .map_or_else(Vec::new, |s| s.subs().subscribed.iter().cloned().collect());
         uris.sort();
         uris
     }
@@ -568,7 +676,8 @@ impl McpHost {
         empty: impl Fn() -> Arc<T>,
     ) -> Result<Arc<T>, SourceError> {
         let slot = self.slot(server)?;
-        if *slot.stale.borrow() {
+        // Not connected: answer now, not after waiting for a refresh that cannot come.
+        if slot.status().is_connected() && slot.lists.is_stale() {
             live::wait_fresh(slot, slot.request_timeout(&self.options)).await;
         }
         let status = slot.status();
@@ -666,13 +775,14 @@ where
 
 /// Connects (or reconnects) one server under its connect timeout and lists what it
 /// declares. The outcome is the slot's status.
-pub(crate) async fn connect(slot: Arc<Slot>, options: HostOptions) {
+pub(crate) async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<ContentCache>) {
     let name = slot.config.name.clone();
     let connect_timeout = slot
         .config
         .connect_timeout
         .unwrap_or(options.connect_timeout);
-    let result = match tokio::time::timeout(connect_timeout, establish(&slot, &options)).await {
+    let establishing = establish(&slot, &options, cache);
+    let result = match tokio::time::timeout(connect_timeout, establishing).await {
         Ok(r) => r,
         Err(_) => Err(format!(
             "no answer to `initialize` within {} ms",
@@ -714,8 +824,9 @@ pub(crate) async fn connect(slot: Arc<Slot>, options: HostOptions) {
         }
     }
     *slot.session.lock().await = Some(session);
+    let seen = slot.lists.seen.load(Ordering::SeqCst);
     refresh_lists(&slot, &options, Which::ALL).await;
-    slot.stale.send_replace(false);
+    slot.lists.mark_refreshed(seen);
     slot.write().status = Some(ServerStatus::Connected);
     tracing::info!(server = %name, "MCP server connected");
 }
@@ -819,7 +930,11 @@ fn note_listing<T>(
     }
 }
 
-async fn establish(slot: &Arc<Slot>, options: &HostOptions) -> Result<Session, String> {
+async fn establish(
+    slot: &Arc<Slot>,
+    options: &HostOptions,
+    cache: Arc<ContentCache>,
+) -> Result<Session, String> {
     let client = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new(options.client_name.clone(), options.client_version.clone()),
@@ -875,8 +990,8 @@ async fn establish(slot: &Arc<Slot>, options: &HostOptions) -> Result<Session, S
             client
                 .serve(Observed {
                     inner: transport,
-                    signals: slot.signals.clone(),
-                    stale: Arc::clone(&slot.stale),
+                    slot: Arc::clone(slot),
+                    cache,
                     conn,
                 })
                 .await
@@ -909,8 +1024,8 @@ async fn establish(slot: &Arc<Slot>, options: &HostOptions) -> Result<Session, S
             client
                 .serve(Observed {
                     inner: transport,
-                    signals: slot.signals.clone(),
-                    stale: Arc::clone(&slot.stale),
+                    slot: Arc::clone(slot),
+                    cache,
                     conn,
                 })
                 .await
@@ -937,19 +1052,14 @@ async fn drain_stderr(slot: Arc<Slot>, stderr: tokio::process::ChildStderr) {
 /// `resources/subscribe` to `uri` unless already subscribed on this connection. A
 /// failure is logged and the read goes on (the cache's TTL still bounds staleness).
 async fn subscribe_once(slot: &Slot, peer: &Peer<RoleClient>, uri: &str, timeout: Duration) {
-    let fresh = slot
-        .subscribed
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(uri.to_owned());
-    if !fresh {
+    if !slot.subs().subscribed.insert(uri.to_owned()) {
         return;
     }
     #[allow(deprecated)] // legacy-only in rmcp 3.11; the right call on `initialize` sessions
     let call = peer.subscribe(SubscribeRequestParams::new(uri));
     if let Err(e) = timed(slot, "resources/subscribe", timeout, call).await {
         tracing::info!(server = %slot.config.name, %uri, error = %e, "resources/subscribe failed");
-        slot.take_subscription(uri);
+        slot.subs().subscribed.remove(uri);
     }
 }
 
@@ -1006,6 +1116,7 @@ impl McpSource for McpHost {
 
     async fn read_resource(&self, server: &str, uri: &str) -> Result<ResourceRead, SourceError> {
         let (slot, peer) = self.peer(server, Some("resources"))?;
+        let _reading = slot.begin_read(uri);
         let timeout = slot.request_timeout(&self.options);
         // A subscription only serves to drop a cached copy: none without a cache.
         let subscribe = slot.read().capabilities.resources_subscribe && self.cache.is_enabled();

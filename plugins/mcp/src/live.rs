@@ -3,10 +3,13 @@
 //!
 //! rmcp hands each notification to the client handler on its own task, so the handler
 //! sees them out of order (see `docs/mcp-notes.md`). hostpipe does not use the handler:
-//! [`Observed`] wraps the transport and reports every notification from `receive`,
-//! which rmcp calls sequentially, into one channel per server, tagged with the
-//! connection it came from. [`run`] consumes that channel in order, one server at a
-//! time, and ignores what an older connection said.
+//! [`Observed`] wraps the transport and sees every message in `receive`, which rmcp
+//! calls sequentially. What must hold before rmcp hands on the next message is done
+//! right there: `resources/updated` makes the cached copy unreachable, and
+//! `list_changed` marks the lists stale, so a read or list call that follows can never
+//! get the old answer. The rest (refreshing lists, unsubscribing, reconnecting: network
+//! calls) goes into one channel per server, tagged with the connection it came from,
+//! and [`run`] does it in order, one server at a time, ignoring older connections.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,8 +30,9 @@ use hostpipe_core::ServerStatus;
 /// What a server's event loop is told, in order.
 #[derive(Debug)]
 pub(crate) enum Signal {
-    /// `notifications/resources/updated`.
-    Updated(String),
+    /// `notifications/resources/updated`, already applied to the cache; `was_cached`
+    /// says whether a copy was dropped.
+    Updated { uri: String, was_cached: bool },
     /// `notifications/resources/list_changed` (covers templates too).
     ResourcesChanged,
     /// `notifications/tools/list_changed`.
@@ -48,10 +52,8 @@ pub(crate) type Signals = mpsc::UnboundedSender<(u64, Signal)>;
 /// A transport that reports notifications and its own end to the server's event loop.
 pub(crate) struct Observed<T> {
     pub(crate) inner: T,
-    pub(crate) signals: Signals,
-    /// Set here, before rmcp sees anything that follows the `list_changed`, so a list
-    /// call made after it waits for the refresh.
-    pub(crate) stale: Arc<tokio::sync::watch::Sender<bool>>,
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) cache: Arc<ContentCache>,
     pub(crate) conn: u64,
 }
 
@@ -71,7 +73,13 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
             None => Some(Signal::Closed),
             Some(JsonRpcMessage::Notification(n)) => match &n.notification {
                 ServerNotification::ResourceUpdatedNotification(u) => {
-                    Some(Signal::Updated(u.params.uri.clone()))
+                    let uri = u.params.uri.clone();
+                    let was_cached = self
+                        .cache
+                        .invalidate_uri(&self.slot.config.name, &uri)
+                        .await;
+                    self.slot.note_update();
+                    Some(Signal::Updated { uri, was_cached })
                 }
                 ServerNotification::ResourceListChangedNotification(_) => {
                     Some(Signal::ResourcesChanged)
@@ -87,12 +95,13 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
         if matches!(
             signal,
             Some(Signal::ResourcesChanged | Signal::ToolsChanged | Signal::PromptsChanged)
-        ) {
-            self.stale.send_replace(true);
+        ) && self.conn == self.slot.conn.load(Ordering::SeqCst)
+        {
+            self.slot.lists.seen.fetch_add(1, Ordering::SeqCst);
         }
         if let Some(signal) = signal {
             // The loop is gone only when the host is: nothing to tell.
-            let _ = self.signals.send((self.conn, signal));
+            let _ = self.slot.signals.send((self.conn, signal));
         }
         message
     }
@@ -115,6 +124,10 @@ pub(crate) async fn run(
     let ping_every = slot.is_http().then_some(options.ping_interval);
     let ping_every = ping_every.filter(|d| !d.is_zero());
     let mut next_ping = ping_every.map(|d| Instant::now() + d);
+    // moka notices expired entries (and so their unsubscribes) only when the cache is
+    // used; an idle host is swept this often.
+    let mut sweep = tokio::time::interval(Duration::from_secs(10));
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let refresh_sleep = async {
             match refresh_at {
@@ -134,30 +147,25 @@ pub(crate) async fn run(
                 if slot.closing.load(Ordering::Relaxed) {
                     return;
                 }
-                if conn != slot.conn.load(Ordering::SeqCst) {
+                // 0: not about one connection (a cache eviction).
+                if conn != 0 && conn != slot.conn.load(Ordering::SeqCst) {
                     continue;
                 }
                 match signal {
-                    Signal::Updated(uri) => {
-                        let was_cached = cache.invalidate_uri(&name, &uri).await;
+                    Signal::Updated { uri, was_cached } => {
                         tracing::debug!(server = %name, %uri, was_cached, "resource updated");
-                        slot.note_update();
+                        // An update for a URI no longer cached: nothing needs it.
                         if !was_cached {
-                            unsubscribe(&slot, &options, &uri).await;
+                            unsubscribe(&slot, &options, &cache, &uri).await;
                         }
                     }
-                    Signal::Evicted(uri) => {
-                        if !cache.contains(&name, &uri) {
-                            unsubscribe(&slot, &options, &uri).await;
-                        }
-                    }
+                    Signal::Evicted(uri) => unsubscribe(&slot, &options, &cache, &uri).await,
                     Signal::ResourcesChanged | Signal::ToolsChanged | Signal::PromptsChanged => {
                         match signal {
                             Signal::ResourcesChanged => dirty.resources = true,
                             Signal::ToolsChanged => dirty.tools = true,
                             _ => dirty.prompts = true,
                         }
-                        slot.stale.send_replace(true);
                         refresh_at.get_or_insert_with(|| Instant::now() + options.list_refresh_debounce);
                     }
                     Signal::Closed => {
@@ -178,9 +186,12 @@ pub(crate) async fn run(
             () = refresh_sleep => {
                 refresh_at = None;
                 let which = std::mem::take(&mut dirty);
+                // Covers the notifications seen before it starts, not those during it.
+                let seen = slot.lists.seen.load(Ordering::SeqCst);
                 refresh_lists(&slot, &options, which).await;
-                slot.stale.send_replace(false);
+                slot.lists.mark_refreshed(seen);
             }
+            _ = sweep.tick() => cache.sweep().await,
             () = ping_sleep => {
                 next_ping = ping_every.map(|d| Instant::now() + d);
                 if slot.status().is_connected() && !slot.ping(&options).await {
@@ -191,8 +202,10 @@ pub(crate) async fn run(
     }
 }
 
-async fn unsubscribe(slot: &Slot, options: &HostOptions, uri: &str) {
-    if !slot.take_subscription(uri) {
+/// `resources/unsubscribe` from `uri` if the connection is subscribed and nothing needs
+/// it: no fresh cached copy, no read in progress.
+async fn unsubscribe(slot: &Slot, options: &HostOptions, cache: &ContentCache, uri: &str) {
+    if !slot.release_subscription(uri, || cache.contains(&slot.config.name, uri)) {
         return;
     }
     let Some(peer) = slot.peer() else { return };
@@ -217,12 +230,19 @@ async fn unsubscribe(slot: &Slot, options: &HostOptions, uri: &str) {
 /// `failed`). The server's cached contents are dropped first: they may have changed
 /// while it was away. The lists are fetched again by the connect; subscriptions are
 /// made again by the next read of each resource.
-async fn reconnect(slot: &Arc<Slot>, options: &HostOptions, cache: &ContentCache, reason: String) {
+async fn reconnect(
+    slot: &Arc<Slot>,
+    options: &HostOptions,
+    cache: &Arc<ContentCache>,
+    reason: String,
+) {
     if slot.closing.load(Ordering::Relaxed) {
         return;
     }
     slot.drop_session().await;
     cache.invalidate_server(&slot.config.name);
+    // Whatever `list_changed` the lost connection announced, the connect lists anew.
+    slot.lists.forgive();
     let mut reason = reason;
     let mut delay = options.reconnect_delay;
     let mut attempt: u32 = 1;
@@ -247,7 +267,7 @@ async fn reconnect(slot: &Arc<Slot>, options: &HostOptions, cache: &ContentCache
         if slot.closing.load(Ordering::Relaxed) {
             return;
         }
-        connect(Arc::clone(slot), options.clone()).await;
+        connect(Arc::clone(slot), options.clone(), Arc::clone(cache)).await;
         match slot.status() {
             ServerStatus::Connected => {
                 tracing::info!(server = %slot.config.name, attempt, "MCP server reconnected");
@@ -265,6 +285,7 @@ async fn reconnect(slot: &Arc<Slot>, options: &HostOptions, cache: &ContentCache
 /// How long a list call waits for a pending refresh (after `list_changed`) before it
 /// answers with the list it has.
 pub(crate) async fn wait_fresh(slot: &Slot, timeout: Duration) {
-    let mut rx = slot.stale.subscribe();
-    let _ = tokio::time::timeout(timeout, rx.wait_for(|stale| !stale)).await;
+    let seen = slot.lists.seen.load(Ordering::SeqCst);
+    let mut rx = slot.lists.refreshed.subscribe();
+    let _ = tokio::time::timeout(timeout, rx.wait_for(|&r| r >= seen)).await;
 }

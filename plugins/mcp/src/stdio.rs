@@ -17,8 +17,9 @@ use tokio::io::{AsyncRead, ReadBuf};
 /// JSON-RPC "internal error", used for the substitute response.
 const INTERNAL_ERROR: i32 = -32603;
 
-/// Finds the value of the top-level `"id"` member of a JSON object fed to it in pieces,
-/// without keeping the object.
+/// Finds the value of the top-level `"id"` member of a JSON-RPC message fed to it in
+/// pieces, without keeping the message, and whether it has a top-level `"method"` (a
+/// request or notification from the server, whose id is the server's own).
 #[derive(Default)]
 struct IdScanner {
     depth: u32,
@@ -26,83 +27,89 @@ struct IdScanner {
     escape: bool,
     expect_key: bool,
     in_key: bool,
+    /// The current top-level key, up to one byte longer than the longest one we need.
     key: Vec<u8>,
     key_is_id: bool,
     capturing: bool,
     value: Vec<u8>,
-    done: bool,
     id: Option<String>,
+    has_method: bool,
 }
 
 impl IdScanner {
     const MAX_ID_BYTES: usize = 256;
+    const MAX_KEY: usize = b"method".len() + 1;
 
     fn feed(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            if self.done {
-                return;
-            }
-            if self.capturing {
-                self.capture(b);
-                continue;
-            }
-            if self.in_string {
-                if self.escape {
-                    self.escape = false;
-                } else if b == b'\\' {
-                    self.escape = true;
-                } else if b == b'"' {
-                    self.in_string = false;
-                    if self.in_key {
-                        self.in_key = false;
-                        self.key_is_id = self.key == b"id";
-                    }
-                    continue;
-                }
-                if self.in_key && self.key.len() <= 2 {
-                    self.key.push(b);
-                } else if self.in_key {
-                    self.key.push(0); // longer than "id": keep it from matching
-                    self.key.truncate(3);
-                }
-                continue;
-            }
-            match b {
-                b'"' => {
-                    self.in_string = true;
-                    if self.depth == 1 && self.expect_key {
-                        self.in_key = true;
-                        self.key.clear();
-                    }
-                }
-                b'{' | b'[' => {
-                    self.depth += 1;
-                    if self.depth == 1 {
-                        self.expect_key = b == b'{';
-                    }
-                }
-                b'}' | b']' => self.depth = self.depth.saturating_sub(1),
-                b',' if self.depth == 1 => {
-                    self.expect_key = true;
-                    self.key_is_id = false;
-                }
-                b':' if self.depth == 1 => {
-                    self.expect_key = false;
-                    if self.key_is_id {
-                        self.capturing = true;
-                        self.value.clear();
-                    }
-                }
-                _ => {}
-            }
+            self.step(b);
         }
     }
 
-    /// One byte of the `"id"` value (a number or a string).
-    fn capture(&mut self, b: u8) {
-        if self.value.len() > Self::MAX_ID_BYTES {
-            self.done = true;
+    /// The id of a response (a message with an id and no method).
+    fn response_id(&self) -> Option<&str> {
+        self.id.as_deref().filter(|_| !self.has_method)
+    }
+
+    fn step(&mut self, b: u8) {
+        if self.capturing && self.capture(b) {
             return;
+        }
+        if self.in_string {
+            if self.escape {
+                self.escape = false;
+            } else if b == b'\\' {
+                self.escape = true;
+            } else if b == b'"' {
+                self.in_string = false;
+                if self.in_key {
+                    self.in_key = false;
+                    self.key_is_id = self.key == b"id";
+                    self.has_method |= self.key == b"method";
+                }
+                return;
+            }
+            if self.in_key && self.key.len() < Self::MAX_KEY {
+                self.key.push(b);
+            }
+            return;
+        }
+        match b {
+            b'"' => {
+                self.in_string = true;
+                if self.depth == 1 && self.expect_key {
+                    self.in_key = true;
+                    self.key.clear();
+                }
+            }
+            b'{' | b'[' => {
+                self.depth += 1;
+                if self.depth == 1 {
+                    self.expect_key = b == b'{';
+                }
+            }
+            b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+            b',' if self.depth == 1 => {
+                self.expect_key = true;
+                self.key_is_id = false;
+            }
+            b':' if self.depth == 1 => {
+                self.expect_key = false;
+                if self.key_is_id && self.id.is_none() {
+                    self.capturing = true;
+                    self.value.clear();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// One byte of the `"id"` value; `false` when the byte ends the value (or shows it
+    /// is not a scalar) and must be read as structure too.
+    fn capture(&mut self, b: u8) -> bool {
+        if self.value.len() > Self::MAX_ID_BYTES {
+            self.capturing = false;
+            return false;
         }
         if self.in_string {
             self.value.push(b);
@@ -113,24 +120,36 @@ impl IdScanner {
             } else if b == b'"' {
                 self.in_string = false;
             }
-            return;
+            return true;
         }
+        let started = !self.value.is_empty();
         match b {
-            b',' | b'}' => {
-                self.done = true;
-                let raw = std::str::from_utf8(&self.value).unwrap_or("").trim();
+            // An object or array is not an id; the structure scan takes it from here.
+            b'{' | b'[' if !started => {
+                self.capturing = false;
+                false
+            }
+            b'"' if !started => {
+                self.in_string = true;
+                self.value.push(b);
+                true
+            }
+            b',' | b'}' | b']' => {
+                self.capturing = false;
+                let raw = std::str::from_utf8(&self.value).unwrap_or("");
                 // Only a JSON number or string is a request id.
                 if let Ok(v) = serde_json::from_str::<serde_json::Value>(raw)
                     && (v.is_number() || v.is_string())
                 {
                     self.id = Some(raw.to_owned());
                 }
+                false
             }
-            b'"' if self.value.iter().all(u8::is_ascii_whitespace) => {
-                self.in_string = true;
+            b' ' | b'\t' | b'\r' => true,
+            _ => {
                 self.value.push(b);
+                true
             }
-            _ => self.value.push(b),
         }
     }
 }
@@ -201,7 +220,7 @@ impl<R> LineLimited<R> {
         match self.skipping.take() {
             Some((scanner, len)) => {
                 tracing::warn!(server = %self.server, bytes = len, limit = self.limit, "dropped an MCP message over the message size limit");
-                if let Some(id) = scanner.id {
+                if let Some(id) = scanner.response_id() {
                     let message = format!(
                         "hostpipe: the server's answer was {len} bytes, over the {}-byte message limit (max_message_bytes); it was dropped",
                         self.limit
@@ -280,8 +299,7 @@ mod tests {
         for piece in json.as_bytes().chunks(3) {
             s.feed(piece);
         }
-        s.feed(b"\n");
-        s.id
+        s.response_id().map(str::to_owned)
     }
 
     #[test]
@@ -300,6 +318,16 @@ mod tests {
             None
         );
         assert_eq!(id_of(r#"{"idx":1,"id" : 12 }"#).as_deref(), Some("12"));
+        // A request from the server carries the server's own id: not ours to fail.
+        assert_eq!(id_of(r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#), None);
+        assert_eq!(id_of(r#"{"method":"x","id":3,"params":{}}"#), None);
+        // Ids that are not scalars, and the scan goes on past them.
+        assert_eq!(id_of(r#"{"id":{"a":1,"method":2},"result":{}}"#), None);
+        assert_eq!(id_of(r#"{"id":[1,2],"result":{"id":5}}"#), None);
+        assert_eq!(
+            id_of(r#"{"id":-1.5e3,"result":{}}"#).as_deref(),
+            Some("-1.5e3")
+        );
     }
 
     #[tokio::test]
