@@ -22,6 +22,7 @@ pub fn registry() -> Result<Registry, RegistryError> {
     // Name every plugin crate so the linker keeps its registrations.
     hostpipe_stages::link();
     hostpipe_runners::link();
+    hostpipe_plugin_example::link();
     Registry::from_inventory()
 }
 

@@ -69,6 +69,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Prompts of one server, with their arguments (`*` = required); run one with
+    /// `hostpipe run "/SERVER:PROMPT arg=value"`.
+    Prompts {
+        /// Server name.
+        server: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Read one resource, converted as the pipeline would (blobs are described).
     Read {
         /// Server name.
@@ -282,6 +291,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 for r in outcome.trace.records() {
                     match &r.event {
                         TraceEvent::Warning { message } => eprintln!("warning: {message}"),
+                        TraceEvent::Note { message } => eprintln!("note: {message}"),
                         TraceEvent::ServerUnavailable { server, reason, .. } => {
                             eprintln!("warning: MCP server `{server}` unavailable: {reason}")
                         }
@@ -300,6 +310,10 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(if outcome.failed {
                 ExitCode::FAILURE
+            } else if outcome.ended_by.is_some() {
+                // A stage answered instead of the runner (e.g. a prompt command that
+                // lacks an argument, a required server that is down).
+                ExitCode::from(3)
             } else {
                 ExitCode::SUCCESS
             })
@@ -391,6 +405,31 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                     "  {}  {}",
                     t.uri_template,
                     t.title.as_deref().unwrap_or(&t.name)
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Prompts { server, json } => {
+            let prompts = app.host.list_prompts(&server).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&*prompts)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("prompts ({}):", prompts.len());
+            for p in prompts.iter() {
+                let args: Vec<String> = p
+                    .arguments
+                    .iter()
+                    .map(|a| format!("{}{}", a.name, if a.required { "*" } else { "" }))
+                    .collect();
+                println!(
+                    "  /{server}:{}  {}{}",
+                    p.name,
+                    args.join(" "),
+                    p.description
+                        .as_deref()
+                        .map(|d| format!("  — {d}"))
+                        .unwrap_or_default()
                 );
             }
             Ok(ExitCode::SUCCESS)

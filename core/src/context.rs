@@ -72,6 +72,12 @@ pub enum AttachmentTarget {
         #[serde(default)]
         arguments: BTreeMap<String, ArgumentValue>,
     },
+    /// Contents the server already sent (an embedded resource or an image in a
+    /// `prompts/get` result): nothing to read, the same conversion and budget rules.
+    Embedded {
+        /// The contents; its `uri` names the block.
+        contents: crate::source::ResourceContents,
+    },
 }
 
 /// A request to read a resource into the turn's context.

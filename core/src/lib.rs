@@ -42,12 +42,13 @@ pub use model::{ModelProfile, ModelProfileError};
 pub use pipeline::{Pipeline, Prepared, TurnOutcome};
 pub use registry::{
     BuildContext, Registry, RegistryError, RunnerDescriptor, StageDescriptor, StagePhase,
+    parse_section,
 };
 pub use run::{EventSink, RunEvent, RunReply, RunRequest, Runner, TokenUsage, collect_reply};
 pub use source::{
-    Annotations, ListCounts, McpSource, Prompt, PromptArgument, Resource, ResourceContents,
-    ResourceRead, ResourceTemplate, Role, ServerCapabilities, ServerInfo, ServerStatus, Tool,
-    ToolCallResult, ToolContent,
+    Annotations, Completion, CompletionRef, ListCounts, McpSource, Prompt, PromptArgument,
+    PromptMessage, PromptResult, Resource, ResourceContents, ResourceRead, ResourceTemplate, Role,
+    ServerCapabilities, ServerInfo, ServerStatus, Tool, ToolCallResult, ToolContent,
 };
 pub use stage::{Stage, StageOutcome};
 pub use summarize::{SummarizeError, Summarizer};

@@ -62,6 +62,27 @@ pub struct BuildContext {
     pub summarizers: BTreeMap<String, Arc<dyn Summarizer>>,
 }
 
+/// Deserializes a stage's or runner's config section into its typed config; `null` (the
+/// pipeline gives no section) means the defaults. Give the type
+/// `#[serde(deny_unknown_fields)]` so a misspelt key is an error, not a silent default.
+///
+/// # Errors
+/// A [`ConfigError`] whose key is the path inside the section where deserialization
+/// stopped (e.g. `attachments[0].uri`), with serde's message; the pipeline builder adds
+/// the section's own path and the file.
+pub fn parse_section<T: serde::de::DeserializeOwned + Default>(
+    section: &serde_json::Value,
+) -> Result<T, ConfigError> {
+    if section.is_null() {
+        return Ok(T::default());
+    }
+    serde_path_to_error::deserialize(section).map_err(|e| {
+        let path = e.path().to_string();
+        let key = if path == "." { String::new() } else { path };
+        ConfigError::new(key, e.into_inner().to_string())
+    })
+}
+
 /// Builds a stage from its config section (`null` when the pipeline gives none).
 /// Errors carry the key inside the section; the caller adds the section path and file.
 pub type StageBuilder =

@@ -183,7 +183,7 @@ pub struct ResourceTemplate {
 
 /// One item of a `resources/read` result. Blobs are already decoded from base64 by the
 /// host: base64 never travels further than the MCP edge.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ResourceContents {
     /// `TextResourceContents`.
@@ -337,6 +337,53 @@ pub struct ToolCallResult {
     pub is_error: bool,
 }
 
+/// One message of a `prompts/get` result (MCP spec 2025-11-25, "Prompts").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptMessage {
+    /// Who says it.
+    pub role: Role,
+    /// What is said: the MCP `ContentBlock` (text, image, audio, resource link or
+    /// embedded resource), as in tool results.
+    pub content: ToolContent,
+}
+
+/// The result of `prompts/get`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptResult {
+    /// The prompt's description, if the server gives one.
+    pub description: Option<String>,
+    /// The messages, in order.
+    pub messages: Vec<PromptMessage>,
+}
+
+/// What `completion/complete` completes an argument of (MCP spec 2025-11-25,
+/// "Utilities / Completion").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CompletionRef {
+    /// A prompt (`ref/prompt`), by name.
+    Prompt {
+        /// The prompt's name.
+        name: String,
+    },
+    /// A resource template (`ref/resource`), by its URI template.
+    ResourceTemplate {
+        /// The RFC 6570 URI template.
+        uri_template: String,
+    },
+}
+
+/// The result of `completion/complete`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completion {
+    /// Suggested values, best first (at most 100, per the spec).
+    pub values: Vec<String>,
+    /// How many values there are in all, when the server says.
+    pub total: Option<u32>,
+    /// Whether there are more than `values`.
+    pub has_more: bool,
+}
+
 /// Access to the configured MCP servers. Implemented by `hostpipe-mcp`'s host; tests and
 /// other hosts may implement it too.
 ///
@@ -402,4 +449,45 @@ pub trait McpSource: Send + Sync {
         tool: &str,
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<ToolCallResult, SourceError>;
+
+    /// `prompts/get` of prompt `name` with string `arguments`.
+    ///
+    /// # Errors
+    /// As [`McpSource::read_resource`], for the `prompts` capability; a missing
+    /// required argument is the server's JSON-RPC error (usually -32602). The default
+    /// implementation answers [`SourceError::NotSupported`].
+    async fn get_prompt(
+        &self,
+        server: &str,
+        name: &str,
+        arguments: &std::collections::BTreeMap<String, String>,
+    ) -> Result<PromptResult, SourceError> {
+        let _ = (name, arguments);
+        Err(SourceError::NotSupported {
+            server: server.to_owned(),
+            capability: "prompts",
+        })
+    }
+
+    /// `completion/complete`: values for `argument` of `reference` that start from
+    /// `value`, given the arguments already chosen (`context`).
+    ///
+    /// # Errors
+    /// [`SourceError::NotSupported`] when the server does not declare `completions`
+    /// (the default implementation's answer); otherwise as
+    /// [`McpSource::read_resource`].
+    async fn complete(
+        &self,
+        server: &str,
+        reference: &CompletionRef,
+        argument: &str,
+        value: &str,
+        context: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Completion, SourceError> {
+        let _ = (reference, argument, value, context);
+        Err(SourceError::NotSupported {
+            server: server.to_owned(),
+            capability: "completions",
+        })
+    }
 }

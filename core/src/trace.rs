@@ -75,6 +75,11 @@ pub enum TraceEvent {
         /// Tools dropped (e.g. a name collision or an invalid schema), with reasons.
         dropped: Vec<String>,
     },
+    /// What a stage did that is worth seeing (e.g. a prompt command expanded).
+    Note {
+        /// What.
+        message: String,
+    },
     /// Something worth knowing that did not stop the turn.
     Warning {
         /// What.
@@ -128,6 +133,13 @@ impl Trace {
         tracing::debug!(event = ?event, "trace");
         let at_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.records.push(TraceRecord { at_ms, event });
+    }
+
+    /// Records a note.
+    pub fn note(&mut self, message: impl Into<String>) {
+        self.record(TraceEvent::Note {
+            message: message.into(),
+        });
     }
 
     /// Records a warning.

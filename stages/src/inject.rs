@@ -22,8 +22,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 use hostpipe_core::{
     ArgumentValue, Attachment, AttachmentTarget, BlockSource, BuildContext, ConfigError,
-    FallbackReason, McpSource, ReadRecord, ResourceRead, Scope, SourceError, Stage, StageError,
-    StageOutcome, StagePhase, TemplateRef, Tokenizer, TraceEvent, TruncationSide, Turn,
+    FallbackReason, McpSource, ReadRecord, ResourceContents, ResourceRead, Scope, SourceError,
+    Stage, StageError, StageOutcome, StagePhase, TemplateRef, Tokenizer, TraceEvent,
+    TruncationSide, Turn,
 };
 use serde::Deserialize;
 
@@ -371,6 +372,7 @@ fn resolve(turn: &Turn, a: &Attachment) -> Resolved {
     };
     let uri = match &a.target {
         AttachmentTarget::Uri { uri } => Ok(uri.clone()),
+        AttachmentTarget::Embedded { contents } => Ok(contents.uri().to_owned()),
         AttachmentTarget::Template {
             template,
             arguments,
@@ -486,6 +488,8 @@ struct Planned {
     uri: Result<String, Failure>,
     listed: Listed,
     strategy: Strategy,
+    /// Contents that came with the attachment (nothing to read).
+    embedded: Option<ResourceContents>,
 }
 
 /// One attachment after reading.
@@ -508,6 +512,14 @@ async fn read(mcp: &dyn McpSource, planned: Planned, deadline: Option<Instant>) 
             };
         }
     };
+    if let Some(contents) = &planned.embedded {
+        let read = ResourceRead::fresh(vec![contents.clone()]);
+        return Fetched {
+            planned,
+            result: Ok(read),
+            elapsed_ms: 0,
+        };
+    }
     let started = Instant::now();
     let reading = mcp.read_resource(&planned.source.server, &uri);
     let result = match deadline {
@@ -587,15 +599,20 @@ impl Stage for ResourceContextInjection {
                 ));
                 continue;
             }
+            let embedded = match &a.target {
+                AttachmentTarget::Embedded { contents } => Some(contents.clone()),
+                _ => None,
+            };
             let listed = match &uri {
-                Ok(u) => listed(self.mcp.as_ref(), &source, u).await,
-                Err(_) => Listed::default(),
+                Ok(u) if embedded.is_none() => listed(self.mcp.as_ref(), &source, u).await,
+                _ => Listed::default(),
             };
             planned.push(Planned {
                 source,
                 uri,
                 listed,
                 strategy: strategy.unwrap_or(self.config.strategy),
+                embedded,
             });
         }
         // Policy before any read: audience, MIME type, size.

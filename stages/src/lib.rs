@@ -2,6 +2,8 @@
 //!
 //! - [`BindMcpServers`] (`bind_mcp_servers`): which MCP servers the pipeline may use;
 //!   a required server that is down ends the turn with a reply.
+//! - [`PromptExpansion`] (`prompt_expansion`): a message `/server:prompt arg=value`
+//!   becomes the MCP prompt's messages; embedded resources become attachments.
 //! - [`ResourceContextInjection`] (`resource_context_injection`): reads the attached
 //!   resources (static URIs or RFC 6570 templates, see [`uri_template`]), converts them
 //!   by MIME type ([`convert`]) and fits them into the token budget.
@@ -19,6 +21,7 @@ pub mod config;
 pub mod convert;
 pub mod fit;
 mod inject;
+pub mod prompt;
 pub mod summarize;
 mod tools;
 pub mod uri_template;
@@ -26,6 +29,7 @@ pub mod uri_template;
 pub use bind::{BindConfig, BindMcpServers, Binding};
 pub use fit::Strategy;
 pub use inject::{AttachmentConfig, InjectConfig, ResourceContextInjection};
+pub use prompt::{PromptConfig, PromptExpansion};
 pub use summarize::ExtractiveSummarizer;
 pub use tools::{
     BoundTools, LIST_RESOURCES, MAX_TOOL_NAME_LEN, READ_RESOURCE, ToolAssembly, ToolAssemblyConfig,

@@ -187,3 +187,40 @@ fn sigterm_stops_the_stdio_servers_too() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn prompts_are_listed_and_run_as_commands() {
+    let (ok, stdout, stderr) = hostpipe(&["prompts", "demo"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("/demo:summarize_doc  topic*  — Summarize one of the demo documents"),
+        "{stdout}"
+    );
+    let (ok, stdout, stderr) = hostpipe(&["run", "/demo:summarize_doc topic=incident-runbook"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(
+            "== user\nSummarize the document demo://docs/incident-runbook.md in five bullet points."
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("uri=\"demo://docs/incident-runbook.md\""),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("note: expanded `/demo:summarize_doc`"),
+        "{stderr}"
+    );
+    let out = Command::new(hostpipe_bin())
+        .args(["run", "/demo:summarize_doc"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "a stage answered: exit code 3");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("needs an argument:\n- topic: handbook, deployment or incident-runbook"),
+        "{stdout}"
+    );
+}

@@ -16,6 +16,7 @@ mod everything;
 mod failures;
 mod filesystem;
 mod live;
+mod prompts;
 mod python;
 mod registry;
 mod summarizer;

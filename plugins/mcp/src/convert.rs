@@ -146,42 +146,74 @@ pub(crate) fn contents(
     })
 }
 
+/// One MCP `ContentBlock` (of a tool result or a prompt message), base64 decoded.
+fn content_block(
+    server: &str,
+    op: &str,
+    block: m::ContentBlock,
+) -> Result<ToolContent, SourceError> {
+    Ok(match block {
+        m::ContentBlock::Text(t) => ToolContent::Text { text: t.text },
+        m::ContentBlock::Image(i) => ToolContent::Image {
+            data: decode_base64(server, op, "image data", &i.data)?,
+            mime_type: i.mime_type,
+        },
+        m::ContentBlock::Audio(a) => ToolContent::Audio {
+            data: decode_base64(server, op, "audio data", &a.data)?,
+            mime_type: a.mime_type,
+        },
+        m::ContentBlock::ResourceLink(r) => ToolContent::ResourceLink {
+            resource: resource(r),
+        },
+        m::ContentBlock::Resource(e) => ToolContent::Resource {
+            contents: contents(server, e.resource)?,
+        },
+        other => {
+            return Err(SourceError::InvalidResponse {
+                server: server.to_owned(),
+                operation: op.into(),
+                message: format!("unsupported content block: {other:?}"),
+            });
+        }
+    })
+}
+
 pub(crate) fn tool_result(
     server: &str,
     r: m::CallToolResult,
 ) -> Result<ToolCallResult, SourceError> {
-    let op = "tools/call";
-    let mut content = Vec::with_capacity(r.content.len());
-    for block in r.content {
-        content.push(match block {
-            m::ContentBlock::Text(t) => ToolContent::Text { text: t.text },
-            m::ContentBlock::Image(i) => ToolContent::Image {
-                data: decode_base64(server, op, "image data", &i.data)?,
-                mime_type: i.mime_type,
-            },
-            m::ContentBlock::Audio(a) => ToolContent::Audio {
-                data: decode_base64(server, op, "audio data", &a.data)?,
-                mime_type: a.mime_type,
-            },
-            m::ContentBlock::ResourceLink(r) => ToolContent::ResourceLink {
-                resource: resource(r),
-            },
-            m::ContentBlock::Resource(e) => ToolContent::Resource {
-                contents: contents(server, e.resource)?,
-            },
-            other => {
-                return Err(SourceError::InvalidResponse {
-                    server: server.to_owned(),
-                    operation: op.into(),
-                    message: format!("unsupported content block: {other:?}"),
-                });
-            }
-        });
-    }
+    let content = r
+        .content
+        .into_iter()
+        .map(|b| content_block(server, "tools/call", b))
+        .collect::<Result<_, _>>()?;
     Ok(ToolCallResult {
         content,
         structured_content: r.structured_content,
         is_error: r.is_error.unwrap_or(false),
+    })
+}
+
+pub(crate) fn prompt_result(
+    server: &str,
+    r: m::GetPromptResult,
+) -> Result<hostpipe_core::PromptResult, SourceError> {
+    let messages = r
+        .messages
+        .into_iter()
+        .map(|msg| {
+            Ok(hostpipe_core::PromptMessage {
+                role: match msg.role {
+                    m::Role::Assistant => hostpipe_core::Role::Assistant,
+                    _ => hostpipe_core::Role::User,
+                },
+                content: content_block(server, "prompts/get", msg.content)?,
+            })
+        })
+        .collect::<Result<_, SourceError>>()?;
+    Ok(hostpipe_core::PromptResult {
+        description: r.description,
+        messages,
     })
 }
 

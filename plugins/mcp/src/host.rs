@@ -11,12 +11,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hostpipe_core::{
-    ListCounts, McpSource, Prompt, Resource, ResourceRead, ResourceTemplate, ServerCapabilities,
-    ServerInfo, ServerStatus, SourceError, Tool, ToolCallResult,
+    Completion, CompletionRef, ListCounts, McpSource, Prompt, PromptResult, Resource, ResourceRead,
+    ResourceTemplate, ServerCapabilities, ServerInfo, ServerStatus, SourceError, Tool,
+    ToolCallResult,
 };
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
-    PaginatedRequestParams, PingRequest, ProtocolVersion, ReadResourceRequestParams,
+    ArgumentInfo, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest,
+    CompleteRequestParams, CompletionContext, GetPromptRequestParams, Implementation,
+    PaginatedRequestParams, PingRequest, ProtocolVersion, ReadResourceRequestParams, Reference,
     SubscribeRequestParams,
 };
 use rmcp::service::{ClientCacheConfig, RunningService};
@@ -290,6 +292,11 @@ impl Slot {
         }
     }
 
+    /// Whether the current connection is subscribed to `uri`.
+    pub(crate) fn is_subscribed(&self, uri: &str) -> bool {
+        self.subs().subscribed.contains(uri)
+    }
+
     /// Removes `uri` from the subscriptions when nothing needs it: no fresh cached copy
     /// (`cached` says) and no read in progress. Whether it was removed (and the caller
     /// should send `resources/unsubscribe`).
@@ -342,8 +349,10 @@ impl Slot {
         self.stop_child().await;
     }
 
-    /// Stops a stdio child whose stdin is closed: up to 2 s to exit on its own, then
-    /// SIGTERM to its process group and up to 1 s more, then SIGKILL to what is left.
+    /// Stops a stdio child whose stdin is closed: up to 2 s for it to exit on its own,
+    /// then SIGTERM to its whole process group (a wrapper such as `npx` may have exited
+    /// and left its children) and up to 1 s for the group to empty, then SIGKILL to
+    /// whatever is left.
     async fn stop_child(&self) {
         let child = self
             .child
@@ -351,15 +360,30 @@ impl Slot {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(mut child) = child {
-            let exited = tokio::time::timeout(Duration::from_secs(2), child.wait())
-                .await
-                .is_ok();
-            if !exited {
-                self.signal_process_group(false);
-                let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+        }
+        if self.process_group_alive() {
+            self.signal_process_group(false);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+            while self.process_group_alive() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(25)).await;
             }
         }
         self.kill_process_group();
+    }
+
+    /// Whether any process of the stdio server's group is left (signal 0).
+    fn process_group_alive(&self) -> bool {
+        let group = *self
+            .process_group
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        #[cfg(unix)]
+        if let Some(pgid) = group.and_then(|g| i32::try_from(g).ok()) {
+            return nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok();
+        }
+        let _ = group;
+        false
     }
 
     /// SIGTERM (or SIGKILL) to the stdio server's process group, if it has one.
@@ -571,8 +595,14 @@ impl McpHost {
             slot.closing.store(true, Ordering::Relaxed);
             let slot = Arc::clone(slot);
             set.spawn(async move {
+                let before = slot.read().status.clone();
                 slot.drop_session().await;
-                if !slot.config.disabled {
+                // A disabled server, or one that failed (e.g. never connected), keeps
+                // the status that says why.
+                if !matches!(
+                    before,
+                    Some(ServerStatus::Disabled | ServerStatus::Failed { .. })
+                ) {
                     slot.set_status(ServerStatus::Failed {
                         reason: "the host shut down".into(),
                     });
@@ -653,6 +683,7 @@ impl McpHost {
                 "resources" => st.capabilities.resources,
                 "tools" => st.capabilities.tools,
                 "prompts" => st.capabilities.prompts,
+                "completions" => st.capabilities.completions,
                 _ => true,
             };
             if !declared {
@@ -824,6 +855,14 @@ pub(crate) async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<Co
         }
     }
     *slot.session.lock().await = Some(session);
+    // `shutdown` ran while this connect was in flight: it must not come back to life.
+    if slot.closing.load(Ordering::Relaxed) {
+        slot.drop_session().await;
+        slot.set_status(ServerStatus::Failed {
+            reason: "the host shut down".into(),
+        });
+        return;
+    }
     let seen = slot.lists.seen.load(Ordering::SeqCst);
     refresh_lists(&slot, &options, Which::ALL).await;
     slot.lists.mark_refreshed(seen);
@@ -1144,6 +1183,56 @@ impl McpSource for McpHost {
                 })
             })
             .await
+    }
+
+    async fn get_prompt(
+        &self,
+        server: &str,
+        name: &str,
+        arguments: &BTreeMap<String, String>,
+    ) -> Result<PromptResult, SourceError> {
+        let (slot, peer) = self.peer(server, Some("prompts"))?;
+        let timeout = slot.request_timeout(&self.options);
+        let args: serde_json::Map<String, serde_json::Value> = arguments
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        let params = GetPromptRequestParams::new(name).with_arguments(args);
+        let result = timed(&slot, "prompts/get", timeout, peer.get_prompt(params)).await?;
+        convert::prompt_result(server, result)
+    }
+
+    async fn complete(
+        &self,
+        server: &str,
+        reference: &CompletionRef,
+        argument: &str,
+        value: &str,
+        context: &BTreeMap<String, String>,
+    ) -> Result<Completion, SourceError> {
+        let (slot, peer) = self.peer(server, Some("completions"))?;
+        let timeout = slot.request_timeout(&self.options);
+        let reference = match reference {
+            CompletionRef::Prompt { name } => Reference::for_prompt(name.clone()),
+            CompletionRef::ResourceTemplate { uri_template } => {
+                Reference::for_resource(uri_template.clone())
+            }
+        };
+        let mut params = CompleteRequestParams::new(reference, ArgumentInfo::new(argument, value));
+        if !context.is_empty() {
+            params = params.with_context(CompletionContext::with_arguments(
+                context
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ));
+        }
+        let result = timed(&slot, "completion/complete", timeout, peer.complete(params)).await?;
+        Ok(Completion {
+            values: result.completion.values,
+            total: result.completion.total,
+            has_more: result.completion.has_more.unwrap_or(false),
+        })
     }
 
     async fn call_tool(

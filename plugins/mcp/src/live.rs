@@ -16,10 +16,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use rmcp::RoleClient;
 use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
 use rmcp::service::RxJsonRpcMessage;
 use rmcp::transport::Transport;
-use rmcp::{RoleClient, model::UnsubscribeRequestParams};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -220,6 +221,17 @@ async fn unsubscribe(slot: &Slot, options: &HostOptions, cache: &ContentCache, u
         }
         Err(_) => {
             tracing::info!(server = %slot.config.name, %uri, "resources/unsubscribe timed out")
+        }
+    }
+    // A read that started meanwhile subscribed again; its `resources/subscribe` may
+    // have reached the server before this unsubscribe. Subscribe once more so the
+    // server's state matches ours (a repeated subscribe is harmless).
+    if slot.is_subscribed(uri) {
+        slot.count("resources/subscribe");
+        #[allow(deprecated)]
+        let again = peer.subscribe(SubscribeRequestParams::new(uri));
+        if !matches!(tokio::time::timeout(timeout, again).await, Ok(Ok(()))) {
+            tracing::info!(server = %slot.config.name, %uri, "resources/subscribe after an unsubscribe race failed");
         }
     }
 }
