@@ -218,6 +218,46 @@ pub enum RunError {
     /// The run took longer than allowed.
     #[error("the run timed out after {} ms", .0.as_millis())]
     Timeout(Duration),
+    /// The backend refused the credentials (HTTP 401 or 403).
+    #[error("the backend refused the credentials (HTTP {status}): {message}")]
+    Auth {
+        /// HTTP status.
+        status: u16,
+        /// The backend's message.
+        message: String,
+    },
+    /// The backend kept answering HTTP 429 after the retries.
+    #[error("rate limited by the backend{}: {message}", .retry_after.map(|d| format!(" (retry after {} s)", d.as_secs())).unwrap_or_default())]
+    RateLimited {
+        /// What the backend asked to wait (`Retry-After`), if it said.
+        retry_after: Option<Duration>,
+        /// The backend's message.
+        message: String,
+    },
+    /// The request is longer than the model's context window.
+    #[error("the request is too long for the model's context window: {message}")]
+    ContextTooLong {
+        /// The backend's message (or hostpipe's count).
+        message: String,
+    },
+    /// The backend failed (HTTP 5xx) after the retries.
+    #[error("the backend failed (HTTP {status}): {message}")]
+    Server {
+        /// HTTP status.
+        status: u16,
+        /// The backend's message.
+        message: String,
+    },
+}
+
+impl RunError {
+    /// A [`RunError::Backend`] with a message and no source.
+    pub fn backend(message: impl Into<String>) -> Self {
+        Self::Backend {
+            message: message.into(),
+            source: None,
+        }
+    }
 }
 
 fn list(names: &[String]) -> String {

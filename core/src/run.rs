@@ -12,7 +12,7 @@ use crate::error::RunError;
 use crate::model::ModelProfile;
 use crate::tool::{ToolExecutor, ToolSpec};
 use crate::trace::ReadRecord;
-use crate::turn::{HistoryMessage, Turn, TurnIds, UserMessage};
+use crate::turn::{HistoryMessage, Turn, TurnIds, UserMessage, Variables};
 
 /// Everything a runner needs for one turn: the uniform context interface. Runners
 /// convert it into their own private wire types.
@@ -26,6 +26,11 @@ pub struct RunRequest {
     pub history: Vec<HistoryMessage>,
     /// The user's message.
     pub message: UserMessage,
+    /// The turn's user-visible variables (sender id, group id, values the user set);
+    /// never internal state. Runners may pass them on (e.g. Dify `inputs`).
+    pub variables: Variables,
+    /// Who sent the message (platform user id), if known.
+    pub sender: Option<String>,
     /// Context blocks, in the order the model should see them.
     pub context: Vec<ContextBlock>,
     /// The token budget the context was fitted into, if one was set.
@@ -50,6 +55,8 @@ impl RunRequest {
             system_prompt: turn.system_prompt.clone(),
             history: std::mem::take(&mut turn.history),
             message: turn.message.clone(),
+            variables: turn.variables.clone(),
+            sender: turn.sender.clone(),
             context: std::mem::take(&mut turn.context),
             context_budget: turn.context_budget,
             tools: std::mem::take(&mut turn.tools),

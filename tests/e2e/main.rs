@@ -19,6 +19,7 @@ mod live;
 mod prompts;
 mod python;
 mod registry;
+mod runners;
 mod summarizer;
 
 use std::sync::Arc;

@@ -1,0 +1,178 @@
+//! What the HTTP runners share: a client with timeouts and fixed headers, retries with
+//! backoff that honour `Retry-After`, typed errors by status, and server-sent events.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use hostpipe_core::{ConfigError, RunError};
+
+/// Timeouts and retries of one HTTP runner.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HttpPolicy {
+    /// Whole request, streaming included.
+    pub(crate) timeout: Duration,
+    /// TCP + TLS connect.
+    pub(crate) connect_timeout: Duration,
+    /// Retries after a 429, a 5xx or a connect failure.
+    pub(crate) max_retries: u32,
+}
+
+/// A client with `headers` on every request (names and values checked; errors at
+/// `headers.NAME`) and the policy's timeouts.
+pub(crate) fn client(
+    headers: &BTreeMap<String, String>,
+    bearer: Option<&str>,
+    policy: HttpPolicy,
+) -> Result<reqwest::Client, ConfigError> {
+    let mut map = reqwest::header::HeaderMap::new();
+    for (k, v) in headers {
+        let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|e| ConfigError::new(format!("headers.{k}"), e.to_string()))?;
+        let value = reqwest::header::HeaderValue::from_str(v)
+            .map_err(|e| ConfigError::new(format!("headers.{k}"), e.to_string()))?;
+        map.insert(name, value);
+    }
+    if let Some(token) = bearer {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|e| ConfigError::new("api_key", e.to_string()))?;
+        value.set_sensitive(true);
+        map.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder()
+        .default_headers(map)
+        .timeout(policy.timeout)
+        .connect_timeout(policy.connect_timeout)
+        .build()
+        .map_err(|e| ConfigError::new("", e.to_string()))
+}
+
+/// `Retry-After` as a delay: seconds, or an HTTP date (RFC 9110 §10.2.3); capped at 60 s.
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let raw = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?;
+    let secs = raw.trim().parse::<u64>().ok()?;
+    Some(Duration::from_secs(secs.min(60)))
+}
+
+/// The backend's error message from a JSON body (`{"error": {"message"}}` as OpenAI
+/// sends it, `{"message"}` as Dify does), else the body's start.
+pub(crate) fn error_message(body: &str) -> String {
+    let json: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let from_json = json.as_ref().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .and_then(|m| m.as_str())
+            .map(str::to_owned)
+    });
+    from_json.unwrap_or_else(|| body.chars().take(300).collect())
+}
+
+/// Sends the request `make` builds, retrying 429, 5xx and connect failures up to
+/// `policy.max_retries` times (exponential backoff from 500 ms with jitter, or the
+/// server's `Retry-After`). A success is returned as is; a failure becomes a typed
+/// [`RunError`] through `classify`, which sees the status and body (the body read in
+/// full, at most 64 KiB) and may return `None` to use the generic mapping.
+pub(crate) async fn send(
+    what: &str,
+    policy: HttpPolicy,
+    make: impl Fn() -> reqwest::RequestBuilder,
+    classify: impl Fn(u16, &str) -> Option<RunError>,
+) -> Result<reqwest::Response, RunError> {
+    let mut attempt = 0u32;
+    loop {
+        let wait = |attempt: u32, asked: Option<Duration>| {
+            asked.unwrap_or_else(|| {
+                let base = Duration::from_millis(500) * 2u32.saturating_pow(attempt);
+                base.mul_f64(0.5 + fastrand::f64() / 2.0)
+            })
+        };
+        let response = match make().send().await {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => return Err(RunError::Timeout(policy.timeout)),
+            Err(e) if e.is_connect() && attempt < policy.max_retries => {
+                tracing::info!(%what, error = %e, attempt, "connect failed; retrying");
+                tokio::time::sleep(wait(attempt, None)).await;
+                attempt += 1;
+                continue;
+            }
+            Err(e) => {
+                return Err(RunError::Backend {
+                    message: format!("{what}: {}", root_cause(&e)),
+                    source: Some(Box::new(e)),
+                });
+            }
+        };
+        let status = response.status().as_u16();
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let asked = retry_after(&response);
+        let retryable = status == 429 || (500..600).contains(&status);
+        if retryable && attempt < policy.max_retries {
+            tracing::info!(%what, status, attempt, "retrying");
+            tokio::time::sleep(wait(attempt, asked)).await;
+            attempt += 1;
+            continue;
+        }
+        let body = read_capped(response, 64 * 1024).await;
+        if let Some(e) = classify(status, &body) {
+            return Err(e);
+        }
+        let message = format!("{what}: {}", error_message(&body));
+        return Err(match status {
+            401 | 403 => RunError::Auth { status, message },
+            429 => RunError::RateLimited {
+                retry_after: asked,
+                message,
+            },
+            500..=599 => RunError::Server { status, message },
+            _ => RunError::backend(format!("{message} (HTTP {status})")),
+        });
+    }
+}
+
+async fn read_capped(response: reqwest::Response, cap: usize) -> String {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(Ok(chunk)) = stream.next().await {
+        body.extend_from_slice(&chunk);
+        if body.len() >= cap {
+            body.truncate(cap);
+            break;
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The innermost cause of an error, which is what a person can act on (`Connection
+/// refused (os error 111)` rather than reqwest's "error sending request").
+pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut root = e;
+    while let Some(next) = root.source() {
+        root = next;
+    }
+    if std::ptr::addr_eq(root, e) {
+        e.to_string()
+    } else {
+        format!("{e} ({root})")
+    }
+}
+
+/// The `data` of each server-sent event of `response` (WHATWG HTML, "Server-sent
+/// events"), with its `event` name, in order; comments and keep-alives are skipped.
+pub(crate) fn events(
+    response: reqwest::Response,
+) -> impl futures_util::Stream<Item = Result<(Option<String>, String), RunError>> {
+    sse_stream::SseStream::from_bytes_stream(response.bytes_stream()).filter_map(|item| async {
+        match item {
+            Ok(sse) => sse.data.map(|data| Ok((sse.event, data))),
+            Err(e) => Some(Err(RunError::backend(format!(
+                "the event stream broke: {e}"
+            )))),
+        }
+    })
+}

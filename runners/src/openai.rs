@@ -1,0 +1,658 @@
+//! `local`: an agent on any OpenAI-compatible `POST {base_url}/chat/completions`
+//! (OpenAI, vLLM, Ollama, llama.cpp, LiteLLM), with a tool loop.
+//!
+//! Wire format: OpenAI API reference, "Chat Completions" (`messages`, `tools` of
+//! `type: "function"`, `tool_calls`, `role: "tool"` with `tool_call_id`, streaming
+//! chunks with `delta` and `data: [DONE]`, `stream_options.include_usage`).
+//!
+//! - The system message carries the system prompt, then the context blocks fenced with
+//!   their provenance ([`crate::render`]). Image blocks go to the user message as
+//!   `image_url` parts, only when the model profile has `vision`.
+//! - Tool loop: the model's tool calls run through the request's tool executor (MCP
+//!   `tools/call` on the bound server that owns the namespaced tool, or the exploration
+//!   tools); results go back as one string per call (text joined; resources fenced like
+//!   context; images as a following user message with image parts when the model has
+//!   vision, else a note), each cut to `max_tool_result_tokens`. Before every model
+//!   call the messages are counted again: tool results are cut further (oldest first)
+//!   so the request stays within the model's input tokens.
+//! - Retries with backoff on 429/5xx honouring `Retry-After`; errors typed
+//!   ([`RunError::Auth`], [`RunError::RateLimited`], [`RunError::ContextTooLong`],
+//!   [`RunError::Server`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt as _;
+use hostpipe_core::{
+    BuildContext, ConfigError, EventSink, ModelProfile, ResourceContents, Role, RunError, RunEvent,
+    RunRequest, Runner, TokenUsage, Tokenizer, ToolCallResult, ToolContent, TruncationSide,
+    parse_section,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::http::{self, HttpPolicy};
+use crate::render;
+
+/// Config section `[pipelines.ID.local]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LocalConfig {
+    /// API base URL including the version, e.g. `https://api.openai.com/v1` or
+    /// `http://127.0.0.1:11434/v1`. Required.
+    pub base_url: String,
+    /// Model name. Required.
+    pub model: String,
+    /// The environment variable holding the API key. Default `OPENAI_API_KEY`; when it
+    /// is unset, no `Authorization` header is sent (local servers need none).
+    pub api_key_env: String,
+    /// Extra request headers.
+    pub headers: BTreeMap<String, String>,
+    /// Stream the answer (server-sent events). Default true.
+    pub stream: bool,
+    /// Model calls per turn before giving up on a model that keeps calling tools.
+    /// Default 8.
+    pub max_rounds: usize,
+    /// Most tokens of one tool result sent back to the model. Default 4000.
+    pub max_tool_result_tokens: usize,
+    /// `temperature`, if set.
+    pub temperature: Option<f32>,
+    /// `max_tokens` of the answer, if set.
+    pub max_tokens: Option<u32>,
+    /// Whole request timeout in milliseconds (streaming included). Default 120 000.
+    pub timeout_ms: u64,
+    /// Connect timeout in milliseconds. Default 10 000.
+    pub connect_timeout_ms: u64,
+    /// Retries after HTTP 429, 5xx or a failed connect. Default 3.
+    pub max_retries: u32,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        Self {
+            base_url: String::new(),
+            model: String::new(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            headers: BTreeMap::new(),
+            stream: true,
+            max_rounds: 8,
+            max_tool_result_tokens: 4000,
+            temperature: None,
+            max_tokens: None,
+            timeout_ms: 120_000,
+            connect_timeout_ms: 10_000,
+            max_retries: 3,
+        }
+    }
+}
+
+/// The `local` runner; see the module documentation.
+pub struct LocalAgentRunner {
+    config: LocalConfig,
+    client: reqwest::Client,
+    url: String,
+    policy: HttpPolicy,
+}
+
+impl std::fmt::Debug for LocalAgentRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalAgentRunner")
+            .field("url", &self.url)
+            .field("model", &self.config.model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalAgentRunner {
+    /// The name this runner is registered under.
+    pub const NAME: &'static str = "local";
+
+    /// A runner for `config`, with `api_key` (if any) as the bearer token.
+    ///
+    /// # Errors
+    /// [`ConfigError`] at `base_url` or `model` when missing or not a URL, at
+    /// `headers.NAME` for an invalid header, at `max_rounds` for 0.
+    pub fn new(config: LocalConfig, api_key: Option<&str>) -> Result<Self, ConfigError> {
+        if config.base_url.trim().is_empty() {
+            return Err(ConfigError::new(
+                "base_url",
+                "required, e.g. \"http://127.0.0.1:11434/v1\"",
+            ));
+        }
+        if reqwest::Url::parse(&config.base_url).is_err() {
+            return Err(ConfigError::new(
+                "base_url",
+                format!("`{}` is not a URL", config.base_url),
+            ));
+        }
+        if config.model.trim().is_empty() {
+            return Err(ConfigError::new("model", "required"));
+        }
+        if config.max_rounds == 0 {
+            return Err(ConfigError::new("max_rounds", "must be at least 1"));
+        }
+        let policy = HttpPolicy {
+            timeout: Duration::from_millis(config.timeout_ms),
+            connect_timeout: Duration::from_millis(config.connect_timeout_ms),
+            max_retries: config.max_retries,
+        };
+        let client = http::client(&config.headers, api_key, policy)?;
+        let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
+        Ok(Self {
+            config,
+            client,
+            url,
+            policy,
+        })
+    }
+
+    /// The `messages` for the first model call.
+    fn messages(&self, request: &RunRequest) -> Vec<Value> {
+        let vision = request.model.vision;
+        let mut system = request.system_prompt.clone().unwrap_or_default();
+        let context = render::context_text(&request.context, vision);
+        if !context.is_empty() {
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(&context);
+        }
+        let mut messages = Vec::new();
+        if !system.is_empty() {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        for h in &request.history {
+            let role = match h.role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            messages.push(json!({"role": role, "content": h.text}));
+        }
+        let images = if vision {
+            render::images(&request.context)
+        } else {
+            Vec::new()
+        };
+        if images.is_empty() {
+            messages.push(json!({"role": "user", "content": request.message.text}));
+        } else {
+            let mut parts = vec![json!({"type": "text", "text": request.message.text})];
+            for (tag, mime, data) in images {
+                parts.push(json!({"type": "text", "text": tag}));
+                parts.push(json!({"type": "image_url", "image_url": {"url": render::data_url(mime, data)}}));
+            }
+            messages.push(json!({"role": "user", "content": parts}));
+        }
+        messages
+    }
+
+    fn body(&self, messages: &[Value], tools: &[Value]) -> Value {
+        let mut body = json!({
+            "model": self.config.model,
+            "messages": messages,
+            "stream": self.config.stream,
+        });
+        if self.config.stream {
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        if !tools.is_empty() {
+            body["tools"] = Value::Array(tools.to_vec());
+        }
+        if let Some(t) = self.config.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(m) = self.config.max_tokens {
+            body["max_tokens"] = json!(m);
+        }
+        body
+    }
+
+    /// One model call: the assistant's text, its tool calls, and usage.
+    async fn call(&self, body: &Value, events: &EventSink) -> Result<Turned, RunError> {
+        let response = http::send(
+            "chat/completions",
+            self.policy,
+            || self.client.post(&self.url).json(body),
+            classify,
+        )
+        .await?;
+        if !self.config.stream {
+            let v: Value = response
+                .json()
+                .await
+                .map_err(|e| RunError::backend(format!("chat/completions: invalid JSON: {e}")))?;
+            let message = v
+                .pointer("/choices/0/message")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let text = message
+                .get("content")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            if !text.is_empty() {
+                events
+                    .emit(RunEvent::MessageDelta { text: text.clone() })
+                    .await;
+            }
+            let calls = message
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(ToolCall::from_json).collect())
+                .unwrap_or_default();
+            return Ok(Turned {
+                text,
+                calls,
+                usage: usage(&v),
+            });
+        }
+        let mut text = String::new();
+        let mut calls: BTreeMap<u64, ToolCall> = BTreeMap::new();
+        let mut used = None;
+        let mut stream = std::pin::pin!(http::events(response));
+        while let Some(item) = stream.next().await {
+            let (_, data) = item?;
+            if data.trim() == "[DONE]" {
+                break;
+            }
+            let chunk: Value = serde_json::from_str(&data).map_err(|e| {
+                RunError::backend(format!("chat/completions: invalid stream chunk: {e}"))
+            })?;
+            if let Some(err) = chunk.get("error") {
+                return Err(RunError::backend(format!(
+                    "chat/completions stream error: {}",
+                    err.get("message").and_then(Value::as_str).unwrap_or("?")
+                )));
+            }
+            used = usage(&chunk).or(used);
+            let Some(delta) = chunk.pointer("/choices/0/delta") else {
+                continue;
+            };
+            if let Some(piece) = delta.get("content").and_then(Value::as_str)
+                && !piece.is_empty()
+            {
+                text.push_str(piece);
+                events
+                    .emit(RunEvent::MessageDelta {
+                        text: piece.to_owned(),
+                    })
+                    .await;
+            }
+            for tc in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let index = tc.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let call = calls.entry(index).or_default();
+                if let Some(id) = tc.get("id").and_then(Value::as_str) {
+                    call.id.push_str(id);
+                }
+                if let Some(name) = tc.pointer("/function/name").and_then(Value::as_str) {
+                    call.name.push_str(name);
+                }
+                if let Some(args) = tc.pointer("/function/arguments").and_then(Value::as_str) {
+                    call.arguments.push_str(args);
+                }
+            }
+        }
+        Ok(Turned {
+            text,
+            calls: calls.into_values().collect(),
+            usage: used,
+        })
+    }
+}
+
+/// OpenAI's "context too long" shape: HTTP 400 with `error.code` =
+/// `context_length_exceeded` (vLLM and others say so in the message).
+fn classify(status: u16, body: &str) -> Option<RunError> {
+    if status != 400 {
+        return None;
+    }
+    let message = http::error_message(body);
+    let code: Option<String> = serde_json::from_str::<Value>(body).ok().and_then(|v| {
+        v.pointer("/error/code")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    let lower = message.to_lowercase();
+    (code.as_deref() == Some("context_length_exceeded")
+        || lower.contains("maximum context length")
+        || lower.contains("context length"))
+    .then_some(RunError::ContextTooLong { message })
+}
+
+fn usage(v: &Value) -> Option<TokenUsage> {
+    let u = v.get("usage")?;
+    Some(TokenUsage {
+        input_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+        output_tokens: u
+            .get("completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    })
+}
+
+/// What one model call produced.
+struct Turned {
+    text: String,
+    calls: Vec<ToolCall>,
+    usage: Option<TokenUsage>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct ToolCall {
+    id: String,
+    name: String,
+    /// JSON text, as the model wrote it.
+    arguments: String,
+}
+
+impl ToolCall {
+    fn from_json(v: &Value) -> Option<Self> {
+        Some(Self {
+            id: v.get("id")?.as_str()?.to_owned(),
+            name: v.pointer("/function/name")?.as_str()?.to_owned(),
+            arguments: v
+                .pointer("/function/arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("{}")
+                .to_owned(),
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}})
+    }
+}
+
+/// A tool result as the string the `tool` message carries, plus images for a
+/// following user message (vision only). Cut to `max_tokens`.
+fn tool_result_text(
+    result: &ToolCallResult,
+    model: &ModelProfile,
+    tk: &Tokenizer,
+    max_tokens: usize,
+) -> (String, Vec<Value>) {
+    let mut parts: Vec<String> = Vec::new();
+    let mut images = Vec::new();
+    for c in &result.content {
+        match c {
+            ToolContent::Text { text } => parts.push(text.clone()),
+            ToolContent::Image { mime_type, data } if model.vision => {
+                parts.push(format!(
+                    "[image {mime_type}, {} bytes: attached below]",
+                    data.len()
+                ));
+                images.push(json!({"type": "image_url", "image_url": {"url": render::data_url(mime_type, data)}}));
+            }
+            ToolContent::Image { mime_type, data } => parts.push(format!(
+                "[image {mime_type}, {} bytes: not shown, the model has no vision]",
+                data.len()
+            )),
+            ToolContent::Audio { mime_type, data } => parts.push(format!(
+                "[audio {mime_type}, {} bytes: not shown]",
+                data.len()
+            )),
+            ToolContent::ResourceLink { resource } => parts.push(format!(
+                "[resource link: {} ({}{})]",
+                resource.uri,
+                resource.name,
+                resource
+                    .mime_type
+                    .as_deref()
+                    .map(|m| format!(", {m}"))
+                    .unwrap_or_default()
+            )),
+            ToolContent::Resource { contents } => match contents {
+                ResourceContents::Text {
+                    uri,
+                    mime_type,
+                    text,
+                } => parts.push(format!(
+                    "<resource uri=\"{uri}\"{}>\n{}\n</resource>",
+                    mime_type
+                        .as_deref()
+                        .map(|m| format!(" mime=\"{m}\""))
+                        .unwrap_or_default(),
+                    text.trim_end()
+                )),
+                ResourceContents::Blob {
+                    uri,
+                    mime_type,
+                    data,
+                } => {
+                    let mime = mime_type.as_deref().unwrap_or("application/octet-stream");
+                    if model.vision && mime.starts_with("image/") {
+                        parts.push(format!("[image resource {uri}: attached below]"));
+                        images.push(json!({"type": "image_url", "image_url": {"url": render::data_url(mime, data)}}));
+                    } else {
+                        parts.push(format!(
+                            "[binary resource {uri} ({mime}, {} bytes) not shown]",
+                            data.len()
+                        ));
+                    }
+                }
+            },
+        }
+    }
+    if parts.is_empty()
+        && let Some(s) = &result.structured_content
+    {
+        parts.push(s.to_string());
+    }
+    let mut text = parts.join("\n");
+    if result.is_error {
+        text = format!("Error: {text}");
+    }
+    if let Some(t) = tk.truncate(&text, max_tokens, TruncationSide::Head) {
+        text = t.text;
+    }
+    (text, images)
+}
+
+/// Tokens of the text in `messages` (content strings and text parts; images are not
+/// counted here: their cost is the provider's).
+fn message_tokens(messages: &[Value], tk: &Tokenizer) -> usize {
+    messages
+        .iter()
+        .map(|m| {
+            let content = match m.get("content") {
+                Some(Value::String(s)) => tk.count(s),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .map(|t| tk.count(t))
+                    .sum(),
+                _ => 0,
+            };
+            let calls = m.get("tool_calls").map_or(0, |c| tk.count(&c.to_string()));
+            content + calls + 4
+        })
+        .sum()
+}
+
+/// Cuts tool results, oldest first, until `messages` fit `limit` tokens.
+fn fit_messages(messages: &mut [Value], limit: usize, tk: &Tokenizer) -> Result<(), RunError> {
+    let mut total = message_tokens(messages, tk);
+    if total <= limit {
+        return Ok(());
+    }
+    for m in messages.iter_mut() {
+        if total <= limit {
+            break;
+        }
+        if m.get("role").and_then(Value::as_str) != Some("tool") {
+            continue;
+        }
+        let Some(text) = m.get("content").and_then(Value::as_str).map(str::to_owned) else {
+            continue;
+        };
+        let tokens = tk.count(&text);
+        let over = total - limit;
+        let keep = tokens.saturating_sub(over).max(16);
+        if let Some(t) = tk.truncate(&text, keep, TruncationSide::Head) {
+            total = total - tokens + t.tokens;
+            m["content"] = Value::String(t.text);
+        }
+    }
+    if total > limit {
+        return Err(RunError::ContextTooLong {
+            message: format!(
+                "the messages are {total} tokens, over the {limit} input tokens the model has, even with tool results cut"
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Runner for LocalAgentRunner {
+    async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
+        let result = self.run_inner(request, events).await;
+        if let Err(e) = &result {
+            events
+                .emit(RunEvent::RunFailed {
+                    error: e.to_string(),
+                })
+                .await;
+        }
+        result
+    }
+}
+
+impl LocalAgentRunner {
+    async fn run_inner(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
+        let tk =
+            Tokenizer::new(request.model.encoding).map_err(|e| RunError::backend(e.to_string()))?;
+        let mut messages = self.messages(request);
+        // Tools only when there is something to run them.
+        let tools: Vec<Value> = match &request.tool_executor {
+            Some(_) if request.model.tool_calling => request
+                .tools
+                .iter()
+                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let limit = request.model.input_tokens();
+        let mut total = TokenUsage::default();
+        let mut reported = false;
+        for _ in 0..self.config.max_rounds {
+            fit_messages(&mut messages, limit, &tk)?;
+            let turned = self.call(&self.body(&messages, &tools), events).await?;
+            if let Some(u) = turned.usage {
+                total.input_tokens += u.input_tokens;
+                total.output_tokens += u.output_tokens;
+                reported = true;
+            }
+            let Some(executor) = request
+                .tool_executor
+                .as_ref()
+                .filter(|_| !turned.calls.is_empty())
+            else {
+                events
+                    .emit(RunEvent::MessageCompleted { text: turned.text })
+                    .await;
+                events
+                    .emit(RunEvent::RunCompleted {
+                        usage: reported.then_some(total),
+                    })
+                    .await;
+                return Ok(());
+            };
+            let content = if turned.text.is_empty() {
+                Value::Null
+            } else {
+                Value::String(turned.text.clone())
+            };
+            messages.push(json!({
+                "role": "assistant",
+                "content": content,
+                "tool_calls": turned.calls.iter().map(ToolCall::to_json).collect::<Vec<_>>(),
+            }));
+            let mut images = Vec::new();
+            for call in &turned.calls {
+                let arguments: Value = match serde_json::from_str(&call.arguments) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        // The model wrote invalid JSON: tell it, do not call the tool.
+                        events
+                            .emit(RunEvent::ToolCallStarted {
+                                id: call.id.clone(),
+                                name: call.name.clone(),
+                                arguments: Value::String(call.arguments.clone()),
+                            })
+                            .await;
+                        events
+                            .emit(RunEvent::ToolCallFinished {
+                                id: call.id.clone(),
+                                name: call.name.clone(),
+                                is_error: true,
+                            })
+                            .await;
+                        messages.push(json!({"role": "tool", "tool_call_id": call.id, "content": format!("Error: the arguments are not valid JSON: {e}")}));
+                        continue;
+                    }
+                };
+                events
+                    .emit(RunEvent::ToolCallStarted {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: arguments.clone(),
+                    })
+                    .await;
+                let (text, is_error) = match executor.call(&call.name, arguments).await {
+                    Ok(result) => {
+                        let (text, mut more) = tool_result_text(
+                            &result,
+                            &request.model,
+                            &tk,
+                            self.config.max_tool_result_tokens,
+                        );
+                        images.append(&mut more);
+                        (text, result.is_error)
+                    }
+                    Err(e) => (format!("Error: {e}"), true),
+                };
+                events
+                    .emit(RunEvent::ToolCallFinished {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        is_error,
+                    })
+                    .await;
+                messages.push(json!({"role": "tool", "tool_call_id": call.id, "content": text}));
+            }
+            if !images.is_empty() {
+                let mut parts = vec![
+                    json!({"type": "text", "text": "Images returned by the tool calls above:"}),
+                ];
+                parts.append(&mut images);
+                messages.push(json!({"role": "user", "content": parts}));
+            }
+        }
+        Err(RunError::backend(format!(
+            "the model was still calling tools after {} rounds (max_rounds)",
+            self.config.max_rounds
+        )))
+    }
+}
+
+fn build(section: &Value, _: &BuildContext) -> Result<Box<dyn Runner>, ConfigError> {
+    let config: LocalConfig = parse_section(section)?;
+    // The one environment read of this runner: the API key, by the name configured.
+    let key = std::env::var(&config.api_key_env)
+        .ok()
+        .filter(|k| !k.is_empty());
+    Ok(Box::new(LocalAgentRunner::new(config, key.as_deref())?))
+}
+
+hostpipe_core::submit_runner! {
+    name: LocalAgentRunner::NAME,
+    description: "An agent on any OpenAI-compatible /chat/completions endpoint, with a tool loop.",
+    build: build,
+}

@@ -1,0 +1,369 @@
+//! Runners against local stand-ins of the providers' HTTP APIs that check every
+//! request against the published reference; the tools the model calls are real
+//! (server-everything).
+
+use hostpipe_core::{
+    BlockBody, BlockSource, ContextBlock, ModelProfile, RunError, RunEvent, RunRequest, Runner,
+    Scope, Treatment, Turn, collect_reply,
+};
+use hostpipe_runners::{LocalAgentRunner, LocalConfig};
+use hostpipe_tests::openai_api::{ChatCompletions, answer, stream, tool_call};
+use hostpipe_tests::{connect, everything};
+use serde_json::json;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::pipeline;
+
+async fn endpoint(replies: Vec<ResponseTemplate>) -> (MockServer, ChatCompletions) {
+    let server = MockServer::start().await;
+    let api = ChatCompletions::new(replies);
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(api.clone())
+        .mount(&server)
+        .await;
+    (server, api)
+}
+
+fn local_pipeline(base: &str, stream: bool) -> String {
+    format!(
+        r#"
+[model]
+name = "gpt-test"
+vision = false
+[pipelines.default]
+stages = ["bind_mcp_servers", "tool_assembly"]
+runner = "local"
+system_prompt = "You are a test assistant."
+[pipelines.default.bind_mcp_servers]
+servers = ["everything"]
+[pipelines.default.local]
+base_url = "{base}/v1"
+model = "gpt-test"
+api_key_env = "HOSTPIPE_TEST_UNSET_KEY"
+stream = {stream}
+"#
+    )
+}
+
+#[tokio::test]
+async fn the_tool_loop_calls_the_real_tool_and_sends_its_content_list_as_one_string() {
+    let host = connect(vec![everything("everything")]).await;
+    let (server, api) = endpoint(vec![
+        tool_call("call_1", "everything__get-tiny-image", "{}"),
+        answer("That is the MCP logo."),
+    ])
+    .await;
+    let p = pipeline(&host, &local_pipeline(&server.uri(), false));
+    let outcome = p.run_turn(Turn::new("default", "Show me the logo")).await;
+    assert!(!outcome.failed, "{}", outcome.reply);
+    assert_eq!(outcome.reply, "That is the MCP logo.");
+
+    let requests = api.requests();
+    assert_eq!(requests.len(), 2);
+    let first = &requests[0];
+    assert_eq!(first["messages"][0]["role"], "system");
+    assert_eq!(first["messages"][1]["content"], "Show me the logo");
+    let tools = first["tools"].as_array().unwrap();
+    assert!(
+        tools
+            .iter()
+            .any(|t| t["function"]["name"] == "everything__get-tiny-image")
+    );
+    // The tool result (text, image, text) reaches the endpoint as one string.
+    let tool_message = &requests[1]["messages"][3];
+    assert_eq!(tool_message["role"], "tool");
+    assert_eq!(tool_message["tool_call_id"], "call_1");
+    let content = tool_message["content"].as_str().unwrap();
+    assert!(
+        content.starts_with("Here's the image you requested:\n[image image/png, "),
+        "{content}"
+    );
+    assert!(
+        content.contains("not shown, the model has no vision]"),
+        "{content}"
+    );
+    assert!(
+        content.ends_with("The image above is the MCP logo."),
+        "{content}"
+    );
+
+    let run = outcome.run.unwrap();
+    let kinds: Vec<&str> = run
+        .events
+        .iter()
+        .map(|e| match e {
+            RunEvent::ToolCallStarted { .. } => "started",
+            RunEvent::ToolCallFinished { .. } => "finished",
+            RunEvent::MessageDelta { .. } => "delta",
+            RunEvent::MessageCompleted { .. } => "completed",
+            RunEvent::RunCompleted { .. } => "run_completed",
+            RunEvent::RunFailed { .. } => "failed",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["started", "finished", "delta", "completed", "run_completed"]
+    );
+    assert_eq!(
+        run.usage.map(|u| (u.input_tokens, u.output_tokens)),
+        Some((150, 15)),
+        "usage summed over both calls"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn streamed_deltas_and_a_streamed_tool_call_assemble() {
+    let host = connect(vec![everything("everything")]).await;
+    let (server, api) = endpoint(vec![
+        stream(&[
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_9", "type": "function", "function": {"name": "everything__echo", "arguments": ""}}]}),
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"message\":"}}]}),
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": " \"hi there\"}"}}]}),
+        ]),
+        stream(&[
+            json!({"role": "assistant", "content": "The echo "}),
+            json!({"content": "said hi."}),
+        ]),
+    ])
+    .await;
+    let p = pipeline(&host, &local_pipeline(&server.uri(), true));
+    let outcome = p.run_turn(Turn::new("default", "Echo hi there")).await;
+    assert!(!outcome.failed, "{}", outcome.reply);
+    assert_eq!(outcome.reply, "The echo said hi.");
+    let requests = api.requests();
+    assert_eq!(requests[0]["stream"], true);
+    assert_eq!(requests[0]["stream_options"]["include_usage"], true);
+    assert_eq!(
+        requests[1]["messages"][2]["tool_calls"][0]["function"]["arguments"],
+        "{\"message\": \"hi there\"}"
+    );
+    assert_eq!(requests[1]["messages"][3]["content"], "Echo: hi there");
+    let deltas: Vec<String> = outcome
+        .run
+        .unwrap()
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::MessageDelta { text } => Some(text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, ["The echo ", "said hi."]);
+    host.shutdown().await;
+}
+
+fn request_with_image(vision: bool) -> RunRequest {
+    let mut turn = Turn::new("default", "What is in the picture?");
+    turn.model = std::sync::Arc::new(ModelProfile {
+        vision,
+        ..ModelProfile::default()
+    });
+    turn.context.push(ContextBlock {
+        source: BlockSource {
+            server: "demo".into(),
+            uri: "demo://images/logo.png".into(),
+            template: None,
+            scope: Scope::Pipeline,
+            name: None,
+        },
+        mime_type: Some("image/png".into()),
+        body: BlockBody::Image {
+            mime_type: "image/png".into(),
+            data: vec![137, 80, 78, 71],
+            width: 1,
+            height: 1,
+        },
+        treatment: Treatment::Whole,
+        tokens_before: 0,
+        tokens_after: 85,
+    });
+    RunRequest::from_turn(&mut turn)
+}
+
+fn config(base: &str) -> LocalConfig {
+    LocalConfig {
+        base_url: format!("{base}/v1"),
+        model: "gpt-test".into(),
+        stream: false,
+        max_retries: 2,
+        ..LocalConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn images_are_image_parts_only_for_vision_and_the_key_is_a_bearer_token() {
+    let (server, api) = endpoint(vec![answer("A logo.")]).await;
+    let runner = LocalAgentRunner::new(config(&server.uri()), Some("sk-test")).unwrap();
+    collect_reply(&runner, &request_with_image(true))
+        .await
+        .unwrap();
+    collect_reply(&runner, &request_with_image(false))
+        .await
+        .unwrap();
+    let requests = api.requests();
+    let with = &requests[0]["messages"][1]["content"];
+    assert_eq!(with[0]["text"], "What is in the picture?");
+    assert_eq!(
+        with[2]["image_url"]["url"],
+        "data:image/png;base64,iVBORw=="
+    );
+    assert_eq!(
+        requests[1]["messages"][1]["content"],
+        "What is in the picture?"
+    );
+    let system = requests[1]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("[image 1×1 px, not shown: the model has no vision]"),
+        "{system}"
+    );
+    let auth = server.received_requests().await.unwrap()[0]
+        .headers
+        .get("authorization")
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(auth.as_deref(), Some("Bearer sk-test"));
+}
+
+#[tokio::test]
+async fn retries_honour_retry_after_and_errors_are_typed() {
+    // 429 then success: one retry, after the server's Retry-After (0 s here).
+    let (server, api) = endpoint(vec![
+        ResponseTemplate::new(429)
+            .insert_header("retry-after", "0")
+            .set_body_json(json!({"error": {"message": "slow down", "type": "rate_limit_error"}})),
+        answer("ok"),
+    ])
+    .await;
+    let runner = LocalAgentRunner::new(config(&server.uri()), None).unwrap();
+    let reply = collect_reply(&runner, &request_with_image(false))
+        .await
+        .unwrap();
+    assert_eq!(reply.text, "ok");
+    assert_eq!(api.requests().len(), 2);
+
+    let cases = [
+        (
+            ResponseTemplate::new(401).set_body_json(json!({"error": {"message": "Incorrect API key provided"}})),
+            "auth",
+        ),
+        (
+            ResponseTemplate::new(400).set_body_json(json!({"error": {"message": "This model's maximum context length is 8192 tokens", "code": "context_length_exceeded"}})),
+            "context",
+        ),
+        (
+            ResponseTemplate::new(503).set_body_json(json!({"error": {"message": "overloaded"}})),
+            "server",
+        ),
+        (
+            ResponseTemplate::new(429).insert_header("retry-after", "0").set_body_json(json!({"error": {"message": "quota"}})),
+            "rate",
+        ),
+    ];
+    for (reply, kind) in cases {
+        let (server, api) = endpoint(vec![reply]).await;
+        let runner = LocalAgentRunner::new(config(&server.uri()), None).unwrap();
+        let err = collect_reply(&runner, &request_with_image(false))
+            .await
+            .unwrap_err();
+        let ok = match kind {
+            "auth" => {
+                matches!(&err, RunError::Auth { status: 401, message } if message.contains("Incorrect API key"))
+            }
+            "context" => matches!(err, RunError::ContextTooLong { .. }),
+            "server" => matches!(err, RunError::Server { status: 503, .. }),
+            _ => matches!(err, RunError::RateLimited { .. }),
+        };
+        assert!(ok, "{kind}: {err:?}");
+        let expected = if matches!(kind, "server" | "rate") {
+            3
+        } else {
+            1
+        };
+        assert_eq!(
+            api.requests().len(),
+            expected,
+            "{kind}: retried only 429/5xx"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_model_that_never_stops_calling_tools_ends_at_max_rounds() {
+    let host = connect(vec![everything("everything")]).await;
+    let (server, api) = endpoint(vec![tool_call(
+        "c",
+        "everything__echo",
+        "{\"message\":\"x\"}",
+    )])
+    .await;
+    let toml = local_pipeline(&server.uri(), false) + "max_rounds = 3\n";
+    let p = pipeline(&host, &toml);
+    let outcome = p.run_turn(Turn::new("default", "loop")).await;
+    assert!(outcome.failed);
+    assert!(
+        outcome.reply.contains("still calling tools after 3 rounds"),
+        "{}",
+        outcome.reply
+    );
+    assert_eq!(api.requests().len(), 3);
+    host.shutdown().await;
+}
+
+/// A runner must stop when the caller drops the run: here the endpoint answers after
+/// 30 s and the run is abandoned after 200 ms.
+#[tokio::test]
+async fn dropping_the_run_cancels_it() {
+    let (server, _api) = endpoint(vec![
+        answer("late").set_delay(std::time::Duration::from_secs(30)),
+    ])
+    .await;
+    let runner = LocalAgentRunner::new(config(&server.uri()), None).unwrap();
+    let request = request_with_image(false);
+    let started = std::time::Instant::now();
+    let run = tokio::time::timeout(
+        std::time::Duration::from_millis(200),
+        collect_reply(&runner as &dyn Runner, &request),
+    )
+    .await;
+    assert!(run.is_err(), "still running at 200 ms");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+}
+
+#[test]
+fn the_stand_in_rejects_requests_that_break_the_reference() {
+    use hostpipe_tests::openai_api::check_request;
+    let ok = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(check_request(&ok), Ok(()));
+    let cases = [
+        (
+            json!({"messages": [{"role": "user", "content": "hi"}]}),
+            "`model` (string) is required",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]}),
+            "messages[0].tool_call_id is required",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "tool", "tool_call_id": "a", "content": "x"}]}),
+            "answers no earlier tool call",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image", "url": "x"}]}]}),
+            "must be a text or image_url part",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f"}]}),
+            "tools[0] must be",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "context": []}),
+            "unknown request field `context`",
+        ),
+    ];
+    for (body, rule) in cases {
+        let err = check_request(&body).unwrap_err();
+        assert!(err.contains(rule), "{err} / {rule}");
+    }
+}
