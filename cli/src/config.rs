@@ -477,6 +477,29 @@ impl LoadedConfig {
 }
 
 impl LoadedConfig {
+    /// Makes every pipeline use `runner`, with `settings` (key, value) written into its
+    /// `[pipelines.ID.RUNNER]` section over what the file says: the `run` command's
+    /// `--runner`, `--base-url` and `--model`.
+    pub fn override_runner(&mut self, runner: &str, settings: &[(&str, String)]) {
+        for table in self.pipelines.values_mut() {
+            table.insert("runner".into(), toml::Value::String(runner.to_owned()));
+            if settings.is_empty() {
+                continue;
+            }
+            let section = table
+                .entry(runner.to_owned())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if !section.is_table() {
+                *section = toml::Value::Table(toml::Table::new());
+            }
+            if let toml::Value::Table(t) = section {
+                for (k, v) in settings {
+                    t.insert((*k).to_owned(), toml::Value::String(v.clone()));
+                }
+            }
+        }
+    }
+
     /// The `[summarizers.*]`, built. The API key is read from the environment variable
     /// the section names (the only environment read in hostpipe's configuration).
     fn build_summarizers(&self) -> Result<BTreeMap<String, Arc<dyn Summarizer>>, ConfigError> {

@@ -44,9 +44,25 @@ impl App {
     /// # Errors
     /// A configuration error (naming the file and key), or a registry conflict.
     pub fn load(config_file: Option<&Path>, mcp_config: Option<&Path>) -> anyhow::Result<Self> {
+        Self::load_with(config_file, mcp_config, None)
+    }
+
+    /// [`App::load`], with every pipeline's runner replaced: `(runner, settings)` as
+    /// [`config::LoadedConfig::override_runner`] takes them.
+    ///
+    /// # Errors
+    /// As [`App::load`]; the runner's own config errors name `pipelines.ID.RUNNER`.
+    pub fn load_with(
+        config_file: Option<&Path>,
+        mcp_config: Option<&Path>,
+        runner: Option<(&str, &[(&str, String)])>,
+    ) -> anyhow::Result<Self> {
         let exe = config::self_exe()
             .context("cannot find the hostpipe executable to spawn the demo server")?;
-        let config = config::load(config_file, mcp_config, &exe)?;
+        let mut config = config::load(config_file, mcp_config, &exe)?;
+        if let Some((name, settings)) = runner {
+            config.override_runner(name, settings);
+        }
         let registry = registry()?;
         let host = Arc::new(McpHost::new(config.servers.clone(), config.host.clone()));
         let pipelines = config.build_pipelines(&registry, host.clone())?;

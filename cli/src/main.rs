@@ -54,6 +54,17 @@ enum Command {
         /// Print one JSON document: reply, preview, trace.
         #[arg(long)]
         json: bool,
+        /// The runner for this turn instead of the pipeline's: preview, local, dify,
+        /// remote (its settings come from `[pipelines.ID.RUNNER]`).
+        #[arg(long, value_name = "NAME")]
+        runner: Option<String>,
+        /// For `--runner local`: the OpenAI-compatible base URL, e.g.
+        /// http://127.0.0.1:11434/v1 (the API key comes from OPENAI_API_KEY).
+        #[arg(long, value_name = "URL")]
+        base_url: Option<String>,
+        /// For `--runner local`: the model name.
+        #[arg(long, value_name = "NAME")]
+        model: Option<String>,
     },
     /// Configured MCP servers: status, capabilities, counts.
     Servers {
@@ -187,7 +198,29 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    let app = App::load(cli.config.as_deref(), cli.mcp_config.as_deref())?;
+    let runner = match &cli.command {
+        Command::Run {
+            runner,
+            base_url,
+            model,
+            ..
+        } => {
+            let mut settings: Vec<(&str, String)> = Vec::new();
+            settings.extend(base_url.clone().map(|u| ("base_url", u)));
+            settings.extend(model.clone().map(|m| ("model", m)));
+            match (runner.as_deref(), settings.is_empty()) {
+                (Some(r), _) => Some((r.to_owned(), settings)),
+                (None, false) => Some(("local".to_owned(), settings)),
+                (None, true) => None,
+            }
+        }
+        _ => None,
+    };
+    let app = App::load_with(
+        cli.config.as_deref(),
+        cli.mcp_config.as_deref(),
+        runner.as_ref().map(|(r, s)| (r.as_str(), s.as_slice())),
+    )?;
     let work = async {
         app.connect().await;
         command(&app, cli.command).await
@@ -240,6 +273,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             vars,
             attach,
             json,
+            ..
         } => {
             let text = match message {
                 Some(m) => m,

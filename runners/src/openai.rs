@@ -217,7 +217,13 @@ impl LocalAgentRunner {
             classify,
         )
         .await?;
-        if !self.config.stream {
+        // Some servers answer a streaming request with one JSON body: take it as is.
+        let is_sse = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !is_sse {
             let v: Value = response
                 .json()
                 .await

@@ -367,3 +367,34 @@ fn the_stand_in_rejects_requests_that_break_the_reference() {
         assert!(err.contains(rule), "{err} / {rule}");
     }
 }
+
+#[tokio::test]
+async fn the_cli_runs_the_local_runner_without_a_config_file() {
+    let (server, api) = endpoint(vec![answer("Hi from the model.")]).await;
+    let out = tokio::process::Command::new(hostpipe_tests::hostpipe_bin())
+        .args([
+            "run",
+            "--runner",
+            "local",
+            "--base-url",
+            &format!("{}/v1", server.uri()),
+            "--model",
+            "qwen3",
+            "What does the config say?",
+        ])
+        .current_dir(hostpipe_tests::root())
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.trim(), "Hi from the model.");
+    let body = &api.requests()[0];
+    assert_eq!(body["model"], "qwen3");
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("<resource server=\"demo\" uri=\"demo://config/app.json\""),
+        "{system}"
+    );
+}
