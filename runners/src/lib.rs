@@ -5,17 +5,21 @@
 //!   model would receive it, with a budget report, as text or JSON.
 //! - [`openai`] (`local`): an agent on any OpenAI-compatible `/chat/completions`
 //!   endpoint, with a tool loop over the turn's tools.
+//! - [`remote`] (`remote`): POSTs the turn as versioned JSON to an agent in any
+//!   language; reads one JSON reply or a stream of `RunEvent`s.
 //!
 //! Also [`summarizer`]: a `Summarizer` backed by an OpenAI-compatible endpoint.
 
 mod http;
 pub mod openai;
 pub mod preview;
+pub mod remote;
 pub mod render;
 pub mod summarizer;
 
 pub use openai::{LocalAgentRunner, LocalConfig};
 pub use preview::{PreviewConfig, PreviewFormat, PreviewReport, PreviewRunner};
+pub use remote::{RemoteConfig, RemoteRunRequest, RemoteRunner};
 pub use summarizer::{OpenAiSummarizer, OpenAiSummarizerConfig};
 
 /// Makes sure the linker keeps this crate's registrations: call it (it does nothing)

@@ -388,7 +388,11 @@ async fn the_cli_runs_the_local_runner_without_a_config_file() {
         .await
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(stdout.trim(), "Hi from the model.");
     let body = &api.requests()[0];
     assert_eq!(body["model"], "qwen3");
@@ -397,4 +401,112 @@ async fn the_cli_runs_the_local_runner_without_a_config_file() {
         system.contains("<resource server=\"demo\" uri=\"demo://config/app.json\""),
         "{system}"
     );
+}
+
+mod remote {
+    use hostpipe_core::{RunError, collect_reply};
+    use hostpipe_runners::remote::{RemoteRunRequest, VERSION, request_schema};
+    use hostpipe_runners::{RemoteConfig, RemoteRunner};
+    use serde_json::json;
+    use wiremock::matchers::{header, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    use super::request_with_image;
+
+    #[test]
+    fn the_published_schema_is_the_one_the_code_sends() {
+        let file = hostpipe_tests::root().join("docs/remote-run-request.v1.schema.json");
+        let generated = serde_json::to_string_pretty(&request_schema()).unwrap() + "\n";
+        if std::env::var_os("HOSTPIPE_BLESS").is_some() {
+            std::fs::write(&file, &generated).unwrap();
+        }
+        let published = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            published, generated,
+            "run with HOSTPIPE_BLESS=1 to update the file"
+        );
+    }
+
+    async fn agent(reply: ResponseTemplate) -> MockServer {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/agent"))
+            .and(header("authorization", "Bearer t0ken"))
+            .respond_with(reply)
+            .mount(&server)
+            .await;
+        server
+    }
+
+    fn runner(server: &MockServer) -> RemoteRunner {
+        let config = RemoteConfig {
+            url: format!("{}/agent", server.uri()),
+            max_retries: 0,
+            ..RemoteConfig::default()
+        };
+        RemoteRunner::new(config, Some("t0ken")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_json_reply_and_the_versioned_body() {
+        let server = agent(ResponseTemplate::new(200).set_body_json(
+            json!({"text": "Remote says hi.", "usage": {"input_tokens": 3, "output_tokens": 4}}),
+        ))
+        .await;
+        let mut request = request_with_image(true);
+        request.variables.insert("group_id", "g-1");
+        let reply = collect_reply(&runner(&server), &request).await.unwrap();
+        assert_eq!(reply.text, "Remote says hi.");
+        assert_eq!(reply.usage.map(|u| u.output_tokens), Some(4));
+        let received = server.received_requests().await.unwrap();
+        let body: RemoteRunRequest = serde_json::from_slice(&received[0].body).unwrap();
+        assert_eq!(body.version, VERSION);
+        assert_eq!(body.message, "What is in the picture?");
+        assert_eq!(body.variables["group_id"], "g-1");
+        let raw: serde_json::Value = serde_json::from_slice(&received[0].body).unwrap();
+        assert_eq!(raw["context"][0]["body"]["kind"], "image");
+        assert_eq!(raw["context"][0]["body"]["data_base64"], "iVBORw==");
+        assert_eq!(raw["context"][0]["uri"], "demo://images/logo.png");
+    }
+
+    #[tokio::test]
+    async fn an_event_stream_is_relayed_and_a_failure_is_an_error() {
+        let events = [
+            json!({"event": "message_delta", "text": "Hel"}),
+            json!({"event": "message_delta", "text": "lo"}),
+            json!({"event": "run_completed", "usage": null}),
+        ];
+        let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        let server =
+            agent(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")).await;
+        let reply = collect_reply(&runner(&server), &request_with_image(false))
+            .await
+            .unwrap();
+        assert_eq!(reply.text, "Hello");
+        assert!(matches!(
+            reply.events.last(),
+            Some(hostpipe_core::RunEvent::RunCompleted { .. })
+        ));
+
+        let body = format!(
+            "data: {}\n\n",
+            json!({"event": "run_failed", "error": "the agent crashed"})
+        );
+        let server =
+            agent(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")).await;
+        let err = collect_reply(&runner(&server), &request_with_image(false))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, RunError::Backend { message, .. } if message.contains("the agent crashed")),
+            "{err}"
+        );
+
+        let server =
+            agent(ResponseTemplate::new(403).set_body_json(json!({"message": "no"}))).await;
+        let err = collect_reply(&runner(&server), &request_with_image(false))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RunError::Auth { status: 403, .. }), "{err:?}");
+    }
 }
