@@ -5,11 +5,13 @@
 //!   model would receive it, with a budget report, as text or JSON.
 //! - [`openai`] (`local`): an agent on any OpenAI-compatible `/chat/completions`
 //!   endpoint, with a tool loop over the turn's tools.
+//! - [`dify`] (`dify`): a Dify app through the Dify service API.
 //! - [`remote`] (`remote`): POSTs the turn as versioned JSON to an agent in any
 //!   language; reads one JSON reply or a stream of `RunEvent`s.
 //!
 //! Also [`summarizer`]: a `Summarizer` backed by an OpenAI-compatible endpoint.
 
+pub mod dify;
 mod http;
 pub mod openai;
 pub mod preview;
@@ -17,6 +19,7 @@ pub mod remote;
 pub mod render;
 pub mod summarizer;
 
+pub use dify::{DifyAppType, DifyConfig, DifyRunner};
 pub use openai::{LocalAgentRunner, LocalConfig};
 pub use preview::{PreviewConfig, PreviewFormat, PreviewReport, PreviewRunner};
 pub use remote::{RemoteConfig, RemoteRunRequest, RemoteRunner};

@@ -510,3 +510,397 @@ mod remote {
         assert!(matches!(err, RunError::Auth { status: 403, .. }), "{err:?}");
     }
 }
+
+mod dify {
+    use std::sync::{Arc, Mutex};
+
+    use hostpipe_core::{RunEvent, collect_reply};
+    use hostpipe_runners::{DifyAppType, DifyConfig, DifyRunner};
+    use serde_json::{Value, json};
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+    use super::request_with_image;
+
+    /// The Dify service API reference's rules for `POST /v1/chat-messages` and
+    /// `POST /v1/workflows/run` bodies; `Err` names the broken rule.
+    fn check_body(body: &Value, workflow: bool) -> Result<(), String> {
+        let obj = body.as_object().ok_or("the body must be an object")?;
+        let known: &[&str] = if workflow {
+            &["inputs", "response_mode", "user", "files"]
+        } else {
+            &[
+                "query",
+                "inputs",
+                "response_mode",
+                "user",
+                "conversation_id",
+                "files",
+                "auto_generate_name",
+            ]
+        };
+        if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(format!("unknown field `{k}`"));
+        }
+        if !workflow && !obj.get("query").is_some_and(Value::is_string) {
+            return Err("`query` (string) is required".into());
+        }
+        let inputs = obj
+            .get("inputs")
+            .and_then(Value::as_object)
+            .ok_or("`inputs` (object) is required")?;
+        if inputs.values().any(|v| !v.is_string()) {
+            return Err("`inputs` values must be strings here".into());
+        }
+        if !matches!(
+            obj.get("response_mode").and_then(Value::as_str),
+            Some("streaming" | "blocking")
+        ) {
+            return Err("`response_mode` must be streaming or blocking".into());
+        }
+        if !obj.get("user").is_some_and(Value::is_string) {
+            return Err("`user` (string) is required".into());
+        }
+        for (i, f) in obj
+            .get("files")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let ty = f.get("type").and_then(Value::as_str).unwrap_or("");
+            let tm = f
+                .get("transfer_method")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let ok = ["document", "image", "audio", "video", "custom"].contains(&ty)
+                && match tm {
+                    "local_file" => f.get("upload_file_id").is_some_and(Value::is_string),
+                    "remote_url" => f.get("url").is_some_and(Value::is_string),
+                    _ => false,
+                };
+            if !ok {
+                return Err(format!(
+                    "files[{i}] must be {{type, transfer_method, upload_file_id | url}}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn sse(events: &[Value]) -> ResponseTemplate {
+        let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")
+    }
+
+    #[derive(Clone, Default)]
+    struct Dify {
+        bodies: Arc<Mutex<Vec<Value>>>,
+        uploads: Arc<Mutex<Vec<String>>>,
+        script: Arc<Mutex<Vec<ResponseTemplate>>>,
+        workflow: bool,
+    }
+
+    impl Respond for Dify {
+        fn respond(&self, request: &Request) -> ResponseTemplate {
+            if request.url.path().ends_with("/files/upload") {
+                let raw = String::from_utf8_lossy(&request.body).into_owned();
+                let ok = raw.contains("name=\"file\"") && raw.contains("name=\"user\"");
+                if !ok {
+                    return ResponseTemplate::new(400).set_body_json(json!({"code": "invalid_param", "message": "file and user are required", "status": 400}));
+                }
+                self.uploads.lock().unwrap().push(raw);
+                return ResponseTemplate::new(201).set_body_json(json!({"id": "file-1", "name": "context-1.png", "size": 4, "extension": "png", "mime_type": "image/png", "created_by": "u", "created_at": 1}));
+            }
+            let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            self.bodies.lock().unwrap().push(body.clone());
+            if let Err(rule) = check_body(&body, self.workflow) {
+                return ResponseTemplate::new(400).set_body_json(
+                    json!({"code": "invalid_param", "message": rule, "status": 400}),
+                );
+            }
+            let mut script = self.script.lock().unwrap();
+            if script.len() > 1 {
+                script.remove(0)
+            } else {
+                script[0].clone()
+            }
+        }
+    }
+
+    async fn stand_in(script: Vec<ResponseTemplate>, workflow: bool) -> (MockServer, Dify) {
+        let server = MockServer::start().await;
+        let dify = Dify {
+            script: Arc::new(Mutex::new(script)),
+            workflow,
+            ..Dify::default()
+        };
+        Mock::given(method("POST"))
+            .respond_with(dify.clone())
+            .mount(&server)
+            .await;
+        (server, dify)
+    }
+
+    fn runner(server: &MockServer, app_type: DifyAppType) -> DifyRunner {
+        let config = DifyConfig {
+            base_url: format!("{}/v1", server.uri()),
+            app_type,
+            max_retries: 0,
+            ..DifyConfig::default()
+        };
+        DifyRunner::new(config, Some("app-key")).unwrap()
+    }
+
+    fn answer(conversation: &str, text: &str) -> ResponseTemplate {
+        sse(&[
+            json!({"event": "message", "task_id": "t", "message_id": "m", "conversation_id": conversation, "answer": text, "created_at": 1}),
+            json!({"event": "message_end", "task_id": "t", "message_id": "m", "conversation_id": conversation, "metadata": {"usage": {"prompt_tokens": 11, "completion_tokens": 2}}}),
+        ])
+    }
+
+    #[tokio::test]
+    async fn chat_inputs_files_and_a_stale_conversation_that_recovers() {
+        let not_found = ResponseTemplate::new(404).set_body_json(
+            json!({"code": "not_found", "message": "Conversation Not Exists.", "status": 404}),
+        );
+        let (server, dify) = stand_in(
+            vec![
+                answer("conv-1", "Hi."),
+                not_found,
+                answer("conv-2", "Hello again."),
+            ],
+            false,
+        )
+        .await;
+        let r = runner(&server, DifyAppType::Chat);
+        let mut request = request_with_image(true);
+        request.ids.conversation = Some("chat-7".into());
+        request.sender = Some("user-42".into());
+        request.variables.insert("group_id", "g-1");
+
+        let first = collect_reply(&r, &request).await.unwrap();
+        assert_eq!(first.text, "Hi.");
+        assert_eq!(first.usage.map(|u| u.input_tokens), Some(11));
+        let second = collect_reply(&r, &request).await.unwrap();
+        assert_eq!(second.text, "Hello again.");
+
+        let bodies = dify.bodies.lock().unwrap().clone();
+        assert_eq!(bodies.len(), 3);
+        // Only the user-visible variables and the context go into `inputs`.
+        let mut keys: Vec<&str> = bodies[0]["inputs"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["context", "group_id"]);
+        let context = bodies[0]["inputs"]["context"].as_str().unwrap();
+        assert!(
+            context.contains("<resource server=\"demo\" uri=\"demo://images/logo.png\""),
+            "{context}"
+        );
+        assert_eq!(bodies[0]["user"], "user-42");
+        assert_eq!(
+            bodies[0]["files"],
+            json!([{"type": "image", "transfer_method": "local_file", "upload_file_id": "file-1"}])
+        );
+        assert!(
+            bodies[0].get("conversation_id").is_none(),
+            "a new conversation first"
+        );
+        assert_eq!(bodies[1]["conversation_id"], "conv-1", "then the stored id");
+        assert!(
+            bodies[2].get("conversation_id").is_none(),
+            "the stale id is dropped and the turn retried once"
+        );
+        let uploads = dify.uploads.lock().unwrap().clone();
+        assert!(
+            uploads[0].contains("user-42"),
+            "the upload carries the user"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_workflow_streams_chunks_and_ends_with_its_output() {
+        let (server, dify) = stand_in(vec![sse(&[
+            json!({"event": "workflow_started", "task_id": "t", "workflow_run_id": "w", "data": {"id": "w"}}),
+            json!({"event": "text_chunk", "task_id": "t", "workflow_run_id": "w", "data": {"text": "Done "}}),
+            json!({"event": "text_chunk", "task_id": "t", "workflow_run_id": "w", "data": {"text": "here."}}),
+            json!({"event": "workflow_finished", "task_id": "t", "workflow_run_id": "w", "data": {"id": "w", "status": "succeeded", "outputs": {"text": "Done here."}, "total_tokens": 30}}),
+        ])], true)
+        .await;
+        let reply = collect_reply(
+            &runner(&server, DifyAppType::Workflow),
+            &request_with_image(false),
+        )
+        .await
+        .unwrap();
+        assert_eq!(reply.text, "Done here.");
+        let deltas: Vec<&RunEvent> = reply
+            .events
+            .iter()
+            .filter(|e| matches!(e, RunEvent::MessageDelta { .. }))
+            .collect();
+        assert_eq!(deltas.len(), 2);
+        let body = &dify.bodies.lock().unwrap()[0];
+        assert_eq!(body["inputs"]["query"], "What is in the picture?");
+    }
+
+    #[test]
+    fn mime_types_map_to_dify_file_types() {
+        use hostpipe_runners::dify::file_type;
+        assert_eq!(file_type("image/png"), "image");
+        assert_eq!(file_type("application/pdf"), "document");
+        assert_eq!(file_type("audio/mpeg"), "audio");
+        assert_eq!(file_type("video/mp4"), "video");
+        assert_eq!(file_type("application/zip"), "custom");
+    }
+}
+
+/// The contract every runner keeps, checked on each with the same request: a success
+/// ends with `message_completed` then `run_completed` (deltas only before them, nothing
+/// after); a backend failure is a typed error and the last event is `run_failed`; a
+/// dropped run stops.
+mod runner_conformance {
+    use std::time::{Duration, Instant};
+
+    use hostpipe_core::{RunError, RunEvent, Runner, collect_reply};
+    use hostpipe_runners::{
+        DifyConfig, DifyRunner, LocalAgentRunner, PreviewConfig, PreviewRunner, RemoteConfig,
+        RemoteRunner,
+    };
+    use serde_json::json;
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    use super::request_with_image;
+
+    fn check_success(name: &str, events: &[RunEvent], text: &str) {
+        let n = events.len();
+        assert!(n >= 2, "{name}: {events:?}");
+        assert!(
+            matches!(&events[n - 2], RunEvent::MessageCompleted { text: t } if t == text),
+            "{name}: {events:?}"
+        );
+        assert!(
+            matches!(events[n - 1], RunEvent::RunCompleted { .. }),
+            "{name}: {events:?}"
+        );
+        assert!(
+            events[..n - 2].iter().all(|e| matches!(
+                e,
+                RunEvent::MessageDelta { .. }
+                    | RunEvent::ToolCallStarted { .. }
+                    | RunEvent::ToolCallFinished { .. }
+            )),
+            "{name}: {events:?}"
+        );
+    }
+
+    async fn server(reply: ResponseTemplate) -> MockServer {
+        let s = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(reply)
+            .mount(&s)
+            .await;
+        s
+    }
+
+    fn local(s: &MockServer) -> Box<dyn Runner> {
+        let c = hostpipe_runners::LocalConfig {
+            base_url: format!("{}/v1", s.uri()),
+            model: "m".into(),
+            max_retries: 0,
+            ..Default::default()
+        };
+        Box::new(LocalAgentRunner::new(c, None).unwrap())
+    }
+    fn dify(s: &MockServer) -> Box<dyn Runner> {
+        let c = DifyConfig {
+            base_url: format!("{}/v1", s.uri()),
+            max_retries: 0,
+            ..Default::default()
+        };
+        Box::new(DifyRunner::new(c, Some("k")).unwrap())
+    }
+    fn remote(s: &MockServer) -> Box<dyn Runner> {
+        let c = RemoteConfig {
+            url: format!("{}/agent", s.uri()),
+            max_retries: 0,
+            ..Default::default()
+        };
+        Box::new(RemoteRunner::new(c, None).unwrap())
+    }
+
+    #[tokio::test]
+    async fn every_runner_keeps_the_contract() {
+        let mut request = request_with_image(false);
+        request.context.clear();
+        // Success.
+        let preview = PreviewRunner::new(PreviewConfig::default());
+        let reply = collect_reply(&preview, &request).await.unwrap();
+        check_success("preview", &reply.events, &reply.text);
+        type Make = fn(&MockServer) -> Box<dyn Runner>;
+        let cases: Vec<(&str, ResponseTemplate, Make)> = vec![
+            ("local", hostpipe_tests::openai_api::answer("A."), local),
+            (
+                "dify",
+                ResponseTemplate::new(200).set_body_raw(
+                    format!(
+                        "data: {}\n\ndata: {}\n\n",
+                        json!({"event": "message", "conversation_id": "c", "answer": "A."}),
+                        json!({"event": "message_end", "conversation_id": "c", "metadata": {}})
+                    ),
+                    "text/event-stream",
+                ),
+                dify,
+            ),
+            (
+                "remote",
+                ResponseTemplate::new(200).set_body_json(json!({"text": "A."})),
+                remote,
+            ),
+        ];
+        for (name, reply, make) in cases {
+            let s = server(reply).await;
+            let runner = make(&s);
+            let got = collect_reply(runner.as_ref(), &request).await.unwrap();
+            assert_eq!(got.text, "A.", "{name}");
+            check_success(name, &got.events, "A.");
+
+            // A backend failure: typed, and reported as the last event.
+            let failing =
+                server(ResponseTemplate::new(500).set_body_json(json!({"message": "boom"}))).await;
+            let runner = make(&failing);
+            let (sink, mut rx) = hostpipe_core::EventSink::channel(16);
+            let err = runner.run(&request, &sink).await.unwrap_err();
+            drop(sink);
+            assert!(
+                matches!(err, RunError::Server { status: 500, .. }),
+                "{name}: {err:?}"
+            );
+            let mut last = None;
+            while let Some(e) = rx.recv().await {
+                last = Some(e);
+            }
+            assert!(
+                matches!(last, Some(RunEvent::RunFailed { .. })),
+                "{name}: {last:?}"
+            );
+
+            // Cancellation: dropping the run ends it.
+            let slow = server(ResponseTemplate::new(200).set_delay(Duration::from_secs(30))).await;
+            let runner = make(&slow);
+            let started = Instant::now();
+            let r = tokio::time::timeout(
+                Duration::from_millis(200),
+                collect_reply(runner.as_ref(), &request),
+            )
+            .await;
+            assert!(r.is_err(), "{name}");
+            assert!(started.elapsed() < Duration::from_secs(2), "{name}");
+        }
+    }
+}
