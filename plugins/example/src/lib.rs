@@ -31,6 +31,9 @@ use serde::Deserialize;
 #[doc = include_str!("../../../docs/writing-a-stage.md")]
 pub mod guide {}
 
+#[doc = include_str!("../../../docs/writing-a-runner.md")]
+pub mod runner_guide {}
+
 /// Config section `[pipelines.ID.redact_pii]`. Unknown keys are an error.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
