@@ -48,13 +48,25 @@ pub(crate) fn client(
 }
 
 /// `Retry-After` as a delay: seconds, or an HTTP date (RFC 9110 §10.2.3); capped at 60 s.
+/// An unreadable value is ignored (the backoff applies).
 fn retry_after(response: &reqwest::Response) -> Option<Duration> {
     let raw = response
         .headers()
         .get(reqwest::header::RETRY_AFTER)?
         .to_str()
         .ok()?;
-    let secs = raw.trim().parse::<u64>().ok()?;
+    let raw = raw.trim();
+    let secs = match raw.parse::<u64>() {
+        Ok(secs) => secs,
+        // An IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
+        Err(_) => {
+            let at = chrono::DateTime::parse_from_rfc2822(raw).ok()?.timestamp();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            u64::try_from(at).ok()?.saturating_sub(now)
+        }
+    };
     Some(Duration::from_secs(secs.min(60)))
 }
 
