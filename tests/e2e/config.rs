@@ -32,7 +32,7 @@ fn bad_configs_are_refused_with_file_and_key() {
         ),
         (
             "[pipelines.default]\nrunner = \"gpt\"",
-            "bad.toml: pipelines.default.runner: unknown runner `gpt`; known runners: preview",
+            "bad.toml: pipelines.default.runner: unknown runner `gpt`; known runners: dify, local, preview, remote",
         ),
         (
             "[pipelines.default.bind_mcp_servers]\nservers = [\"a\"]\n[pipelines.default.resource_context_injection]\nattachments = [{ server = \"b\", uri = \"x://y\" }]",
