@@ -12,9 +12,10 @@
 //! - Streaming mode (SSE): `message` / `agent_message` pieces become deltas,
 //!   `message_replace` replaces the answer, `message_end` carries usage, `error` fails
 //!   the run; workflows stream `text_chunk` and end with `workflow_finished`.
-//! - Dify's `conversation_id` is kept per hostpipe conversation (in memory; at most
-//!   100 000, a day each). A 404 "Conversation Not Exists." drops the stale id and
-//!   retries once with a new conversation.
+//! - Dify's `conversation_id` is kept per hostpipe conversation and user (Dify
+//!   conversations belong to one `user`; in memory, at most 100 000, a day idle
+//!   each). A 404 "Conversation Not Exists." drops the stale id and retries once with
+//!   a new conversation.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -125,8 +126,9 @@ pub struct DifyRunner {
     client: reqwest::Client,
     base: String,
     policy: HttpPolicy,
-    /// (pipeline, conversation) → Dify `conversation_id`.
-    conversations: moka::sync::Cache<(String, String), String>,
+    /// (pipeline, conversation, user) → Dify `conversation_id`. Dify conversations
+    /// belong to one `user`: in a group chat each member has their own.
+    conversations: moka::sync::Cache<(String, String, String), String>,
 }
 
 impl std::fmt::Debug for DifyRunner {
@@ -192,12 +194,19 @@ impl DifyRunner {
     ) -> Result<Vec<Value>, RunError> {
         let mut files = Vec::new();
         for (i, (_, mime, data)) in render::images(&request.context).into_iter().enumerate() {
-            let ext = mime.rsplit('/').next().unwrap_or("bin");
+            let ext = match mime {
+                "image/png" => "png",
+                "image/jpeg" => "jpg",
+                "image/gif" => "gif",
+                "image/webp" => "webp",
+                _ => "bin",
+            };
             let name = format!("context-{}.{ext}", i + 1);
             let url = format!("{}/files/upload", self.base);
             let response = http::send(
                 "files/upload",
                 self.policy,
+                http::Retry::SideEffects,
                 || {
                     let part = reqwest::multipart::Part::bytes(data.to_vec())
                         .file_name(name.clone())
@@ -253,7 +262,7 @@ impl DifyRunner {
             .ids
             .conversation
             .clone()
-            .map(|c| (request.ids.pipeline.clone(), c));
+            .map(|c| (request.ids.pipeline.clone(), c, user.clone()));
         let query = if self.config.context_in_query && !context.trim().is_empty() {
             format!("{context}\n\n{}", request.message.text)
         } else {
@@ -281,6 +290,7 @@ impl DifyRunner {
         let response = match http::send(
             "chat-messages",
             self.policy,
+            http::Retry::SideEffects,
             || self.client.post(&url).json(&body),
             stale,
         )
@@ -300,6 +310,7 @@ impl DifyRunner {
                 http::send(
                     "chat-messages",
                     self.policy,
+                    http::Retry::SideEffects,
                     || self.client.post(&url).json(&body),
                     |_, _| None,
                 )
@@ -314,7 +325,8 @@ impl DifyRunner {
         };
         let mut answer = String::new();
         let mut usage = None;
-        let mut stream = std::pin::pin!(http::events(response));
+        let mut ended = false;
+        let mut stream = std::pin::pin!(http::events(response, self.policy.timeout));
         while let Some(item) = stream.next().await {
             let (_, data) = item?;
             let Ok(v) = serde_json::from_str::<Value>(&data) else {
@@ -352,6 +364,7 @@ impl DifyRunner {
                             .and_then(Value::as_u64)
                             .unwrap_or(0),
                     });
+                    ended = true;
                     break;
                 }
                 "error" => {
@@ -363,6 +376,11 @@ impl DifyRunner {
                 }
                 _ => {}
             }
+        }
+        if !ended {
+            return Err(RunError::backend(
+                "chat-messages: the stream ended without message_end (the answer may be cut off)",
+            ));
         }
         events
             .emit(RunEvent::MessageCompleted { text: answer })
@@ -387,12 +405,13 @@ impl DifyRunner {
         let response = http::send(
             "workflows/run",
             self.policy,
+            http::Retry::SideEffects,
             || self.client.post(&url).json(&body),
             |_, _| None,
         )
         .await?;
         let mut chunks = String::new();
-        let mut stream = std::pin::pin!(http::events(response));
+        let mut stream = std::pin::pin!(http::events(response, self.policy.timeout));
         while let Some(item) = stream.next().await {
             let (_, data) = item?;
             let Ok(v) = serde_json::from_str::<Value>(&data) else {
@@ -413,7 +432,8 @@ impl DifyRunner {
                 }
                 "workflow_finished" => {
                     let d = v.get("data").cloned().unwrap_or(Value::Null);
-                    if d.get("status").and_then(Value::as_str) != Some("succeeded") {
+                    let status = d.get("status").and_then(Value::as_str);
+                    if !matches!(status, Some("succeeded" | "partial-succeeded")) {
                         return Err(RunError::backend(format!(
                             "Dify workflow {}: {}",
                             d.get("status").and_then(Value::as_str).unwrap_or("failed"),
@@ -426,15 +446,9 @@ impl DifyRunner {
                         .pointer(&format!("/outputs/{}", self.config.output_variable))
                         .and_then(Value::as_str)
                         .map_or(chunks.clone(), str::to_owned);
-                    let usage = d
-                        .get("total_tokens")
-                        .and_then(Value::as_u64)
-                        .map(|t| TokenUsage {
-                            input_tokens: t,
-                            output_tokens: 0,
-                        });
+                    // Workflows report only `total_tokens`, not the input/output split.
                     events.emit(RunEvent::MessageCompleted { text }).await;
-                    events.emit(RunEvent::RunCompleted { usage }).await;
+                    events.emit(RunEvent::RunCompleted { usage: None }).await;
                     return Ok(());
                 }
                 "error" => {

@@ -83,35 +83,64 @@ pub(crate) fn error_message(body: &str) -> String {
     from_json.unwrap_or_else(|| body.chars().take(300).collect())
 }
 
-/// Sends the request `make` builds, retrying 429, 5xx and connect failures up to
-/// `policy.max_retries` times (exponential backoff from 500 ms with jitter, or the
-/// server's `Retry-After`). A success is returned as is; a failure becomes a typed
-/// [`RunError`] through `classify`, which sees the status and body (the body read in
-/// full, at most 64 KiB) and may return `None` to use the generic mapping.
+/// Whether a request may be sent twice: a completion may (it has no side effect), an
+/// upload or a hand-over to an agent may not, unless the server said it did nothing
+/// (connect failure, 429, 503).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Retry 429, 5xx and connect failures.
+    Idempotent,
+    /// Retry only connect failures, 429 and 503.
+    SideEffects,
+}
+
+/// Longest wait between two attempts when the server does not say.
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+
+/// Sends the request `make` builds, retrying (see [`Retry`]) up to `policy.max_retries`
+/// times: exponential backoff from 500 ms with jitter, at most 8 s, or the server's
+/// `Retry-After`; never waiting past `policy.timeout` from the first attempt. A success
+/// is returned as is; a failure becomes a typed [`RunError`] through `classify`, which
+/// sees the status and body (read in full, at most 64 KiB) and may return `None` to use
+/// the generic mapping. Errors never carry the URL (it may hold a token).
 pub(crate) async fn send(
     what: &str,
     policy: HttpPolicy,
+    retry: Retry,
     make: impl Fn() -> reqwest::RequestBuilder,
     classify: impl Fn(u16, &str) -> Option<RunError>,
 ) -> Result<reqwest::Response, RunError> {
+    let deadline = tokio::time::Instant::now() + policy.timeout;
     let mut attempt = 0u32;
     loop {
-        let wait = |attempt: u32, asked: Option<Duration>| {
-            asked.unwrap_or_else(|| {
-                let base = Duration::from_millis(500) * 2u32.saturating_pow(attempt);
-                base.mul_f64(0.5 + fastrand::f64() / 2.0)
-            })
+        let backoff = |attempt: u32| {
+            let base = Duration::from_millis(500) * 2u32.saturating_pow(attempt.min(5));
+            base.min(MAX_BACKOFF).mul_f64(0.5 + fastrand::f64() / 2.0)
         };
+        // Whether waiting `d` still leaves time for another attempt.
+        let fits = |d: Duration| tokio::time::Instant::now() + d < deadline;
         let response = match make().send().await {
             Ok(r) => r,
-            Err(e) if e.is_timeout() => return Err(RunError::Timeout(policy.timeout)),
-            Err(e) if e.is_connect() && attempt < policy.max_retries => {
-                tracing::info!(%what, error = %e, attempt, "connect failed; retrying");
-                tokio::time::sleep(wait(attempt, None)).await;
-                attempt += 1;
-                continue;
-            }
             Err(e) => {
+                let e = e.without_url();
+                if e.is_connect() && attempt < policy.max_retries && fits(backoff(attempt)) {
+                    tracing::info!(%what, error = %e, attempt, "connect failed; retrying");
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt += 1;
+                    continue;
+                }
+                if e.is_connect() && e.is_timeout() {
+                    return Err(RunError::Backend {
+                        message: format!(
+                            "{what}: no connection within {} ms",
+                            policy.connect_timeout.as_millis()
+                        ),
+                        source: Some(Box::new(e)),
+                    });
+                }
+                if e.is_timeout() {
+                    return Err(RunError::Timeout(policy.timeout));
+                }
                 return Err(RunError::Backend {
                     message: format!("{what}: {}", root_cause(&e)),
                     source: Some(Box::new(e)),
@@ -123,10 +152,14 @@ pub(crate) async fn send(
             return Ok(response);
         }
         let asked = retry_after(&response);
-        let retryable = status == 429 || (500..600).contains(&status);
-        if retryable && attempt < policy.max_retries {
+        let retryable = match retry {
+            Retry::Idempotent => status == 429 || (500..600).contains(&status),
+            Retry::SideEffects => status == 429 || status == 503,
+        };
+        let wait = asked.unwrap_or_else(|| backoff(attempt));
+        if retryable && attempt < policy.max_retries && fits(wait) {
             tracing::info!(%what, status, attempt, "retrying");
-            tokio::time::sleep(wait(attempt, asked)).await;
+            tokio::time::sleep(wait).await;
             attempt += 1;
             continue;
         }
@@ -178,13 +211,29 @@ pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 /// events"), with its `event` name, in order; comments and keep-alives are skipped.
 pub(crate) fn events(
     response: reqwest::Response,
+    timeout: Duration,
 ) -> impl futures_util::Stream<Item = Result<(Option<String>, String), RunError>> {
-    sse_stream::SseStream::from_bytes_stream(response.bytes_stream()).filter_map(|item| async {
-        match item {
-            Ok(sse) => sse.data.map(|data| Ok((sse.event, data))),
-            Err(e) => Some(Err(RunError::backend(format!(
-                "the event stream broke: {e}"
-            )))),
+    sse_stream::SseStream::from_bytes_stream(response.bytes_stream()).filter_map(
+        move |item| async move {
+            match item {
+                Ok(sse) => sse.data.map(|data| Ok((sse.event, data))),
+                Err(e) => Some(Err(stream_error(&e, timeout))),
+            }
+        },
+    )
+}
+
+/// A broken event stream: [`RunError::Timeout`] when the whole-request timeout ended
+/// it, else a backend error.
+fn stream_error(e: &(dyn std::error::Error + 'static), timeout: Duration) -> RunError {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(r) = err.downcast_ref::<reqwest::Error>()
+            && r.is_timeout()
+        {
+            return RunError::Timeout(timeout);
         }
-    })
+        cur = err.source();
+    }
+    RunError::backend(format!("the event stream broke: {e}"))
 }

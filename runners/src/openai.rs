@@ -213,6 +213,7 @@ impl LocalAgentRunner {
         let response = http::send(
             "chat/completions",
             self.policy,
+            http::Retry::Idempotent,
             || self.client.post(&self.url).json(body),
             classify,
         )
@@ -228,6 +229,14 @@ impl LocalAgentRunner {
                 .json()
                 .await
                 .map_err(|e| RunError::backend(format!("chat/completions: invalid JSON: {e}")))?;
+            if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+                return Err(RunError::backend(format!(
+                    "chat/completions: {}",
+                    err.get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("error")
+                )));
+            }
             let message = v
                 .pointer("/choices/0/message")
                 .cloned()
@@ -247,31 +256,46 @@ impl LocalAgentRunner {
                 .and_then(Value::as_array)
                 .map(|a| a.iter().filter_map(ToolCall::from_json).collect())
                 .unwrap_or_default();
+            let finish = v
+                .pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str);
             return Ok(Turned {
                 text,
                 calls,
                 usage: usage(&v),
+                cut: finish == Some("length"),
             });
         }
         let mut text = String::new();
-        let mut calls: BTreeMap<u64, ToolCall> = BTreeMap::new();
+        let mut calls: Vec<ToolCall> = Vec::new();
+        // Stream index → position in `calls`.
+        let mut by_index: BTreeMap<u64, usize> = BTreeMap::new();
         let mut used = None;
-        let mut stream = std::pin::pin!(http::events(response));
+        let mut finish: Option<String> = None;
+        let mut done = false;
+        let mut stream = std::pin::pin!(http::events(response, self.policy.timeout));
         while let Some(item) = stream.next().await {
             let (_, data) = item?;
             if data.trim() == "[DONE]" {
+                done = true;
                 break;
             }
             let chunk: Value = serde_json::from_str(&data).map_err(|e| {
                 RunError::backend(format!("chat/completions: invalid stream chunk: {e}"))
             })?;
-            if let Some(err) = chunk.get("error") {
+            if let Some(err) = chunk.get("error").filter(|e| !e.is_null()) {
                 return Err(RunError::backend(format!(
                     "chat/completions stream error: {}",
                     err.get("message").and_then(Value::as_str).unwrap_or("?")
                 )));
             }
             used = usage(&chunk).or(used);
+            if let Some(f) = chunk
+                .pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str)
+            {
+                finish = Some(f.to_owned());
+            }
             let Some(delta) = chunk.pointer("/choices/0/delta") else {
                 continue;
             };
@@ -291,23 +315,53 @@ impl LocalAgentRunner {
                 .into_iter()
                 .flatten()
             {
-                let index = tc.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let call = calls.entry(index).or_default();
-                if let Some(id) = tc.get("id").and_then(Value::as_str) {
-                    call.id.push_str(id);
+                let id = tc
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .filter(|i| !i.is_empty());
+                // `index` names the call (OpenAI); a server without it starts a new
+                // call with each new id.
+                let at = match tc.get("index").and_then(Value::as_u64) {
+                    Some(index) => *by_index.entry(index).or_insert_with(|| {
+                        calls.push(ToolCall::default());
+                        calls.len() - 1
+                    }),
+                    None => match (id, calls.last()) {
+                        (Some(id), Some(last)) if last.id != id => {
+                            calls.push(ToolCall::default());
+                            calls.len() - 1
+                        }
+                        (_, Some(_)) => calls.len() - 1,
+                        (_, None) => {
+                            calls.push(ToolCall::default());
+                            0
+                        }
+                    },
+                };
+                let call = &mut calls[at];
+                if let Some(id) = id {
+                    id.clone_into(&mut call.id);
                 }
-                if let Some(name) = tc.pointer("/function/name").and_then(Value::as_str) {
-                    call.name.push_str(name);
+                if let Some(name) = tc.pointer("/function/name").and_then(Value::as_str)
+                    && call.name.is_empty()
+                {
+                    name.clone_into(&mut call.name);
                 }
                 if let Some(args) = tc.pointer("/function/arguments").and_then(Value::as_str) {
                     call.arguments.push_str(args);
                 }
             }
         }
+        if !done && finish.is_none() {
+            return Err(RunError::backend(
+                "chat/completions: the stream ended without a finish_reason or [DONE] (the answer is cut off)",
+            ));
+        }
         Ok(Turned {
             text,
-            calls: calls.into_values().collect(),
+            calls,
             usage: used,
+            cut: finish.as_deref() == Some("length"),
         })
     }
 }
@@ -332,7 +386,8 @@ fn classify(status: u16, body: &str) -> Option<RunError> {
 }
 
 fn usage(v: &Value) -> Option<TokenUsage> {
-    let u = v.get("usage")?;
+    // Streaming chunks carry `"usage": null` until the last one.
+    let u = v.get("usage").filter(|u| u.is_object())?;
     Some(TokenUsage {
         input_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
         output_tokens: u
@@ -347,7 +402,12 @@ struct Turned {
     text: String,
     calls: Vec<ToolCall>,
     usage: Option<TokenUsage>,
+    /// `finish_reason: "length"`: the answer hit the token limit.
+    cut: bool,
 }
+
+/// Appended to an answer the model could not finish (`finish_reason: "length"`).
+const CUT_MARKER: &str = "\n[… the answer was cut at the token limit …]";
 
 #[derive(Debug, Default, Clone)]
 struct ToolCall {
@@ -547,9 +607,21 @@ impl LocalAgentRunner {
         let limit = request.model.input_tokens();
         let mut total = TokenUsage::default();
         let mut reported = false;
+        let mut answer = String::new();
         for _ in 0..self.config.max_rounds {
             fit_messages(&mut messages, limit, &tk)?;
-            let turned = self.call(&self.body(&messages, &tools), events).await?;
+            let mut turned = self.call(&self.body(&messages, &tools), events).await?;
+            if turned.cut {
+                turned.text.push_str(CUT_MARKER);
+                events
+                    .emit(RunEvent::MessageDelta {
+                        text: CUT_MARKER.to_owned(),
+                    })
+                    .await;
+            }
+            // The answer is what the deltas said, across rounds (text a model writes
+            // before its tool calls included), so deltas and answer agree.
+            answer.push_str(&turned.text);
             if let Some(u) = turned.usage {
                 total.input_tokens += u.input_tokens;
                 total.output_tokens += u.output_tokens;
@@ -561,7 +633,9 @@ impl LocalAgentRunner {
                 .filter(|_| !turned.calls.is_empty())
             else {
                 events
-                    .emit(RunEvent::MessageCompleted { text: turned.text })
+                    .emit(RunEvent::MessageCompleted {
+                        text: answer.clone(),
+                    })
                     .await;
                 events
                     .emit(RunEvent::RunCompleted {

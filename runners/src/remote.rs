@@ -323,6 +323,7 @@ impl RemoteRunner {
         let response = http::send(
             "remote agent",
             self.policy,
+            http::Retry::SideEffects,
             || {
                 self.client
                     .post(&self.url)
@@ -330,6 +331,9 @@ impl RemoteRunner {
                         reqwest::header::ACCEPT,
                         "text/event-stream, application/json",
                     )
+                    // A retried hand-over (after 429/503) carries the same key, so
+                    // the agent can tell it from a new turn.
+                    .header("Idempotency-Key", &request.ids.message)
                     .json(&body)
             },
             |_, _| None,
@@ -356,17 +360,23 @@ impl RemoteRunner {
             events.emit(RunEvent::RunCompleted { usage }).await;
             return Ok(());
         }
-        let mut stream = std::pin::pin!(http::events(response));
+        let mut stream = std::pin::pin!(http::events(response, self.policy.timeout));
         let mut deltas = String::new();
         let mut completed = false;
         while let Some(item) = stream.next().await {
             let (_, data) = item?;
             let event: RunEvent = serde_json::from_str(&data).map_err(|e| {
+                let start: String = data.chars().take(200).collect();
                 RunError::backend(format!(
-                    "remote agent: an event is not a RunEvent: {e}: {data}"
+                    "remote agent: an event is not a RunEvent: {e}: {start}"
                 ))
             })?;
             match &event {
+                RunEvent::MessageDelta { .. } | RunEvent::MessageCompleted { .. } if completed => {
+                    return Err(RunError::backend(
+                        "remote agent: a message event came after message_completed",
+                    ));
+                }
                 RunEvent::MessageDelta { text } => deltas.push_str(text),
                 RunEvent::MessageCompleted { .. } => completed = true,
                 RunEvent::RunFailed { error } => {

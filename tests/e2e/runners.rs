@@ -904,3 +904,189 @@ mod runner_conformance {
         }
     }
 }
+
+/// What a review of the runners broke, kept broken-proof.
+mod hardening {
+    use std::time::{Duration, Instant};
+
+    use hostpipe_core::{RunError, collect_reply};
+    use hostpipe_runners::{
+        DifyConfig, DifyRunner, LocalAgentRunner, LocalConfig, RemoteConfig, RemoteRunner,
+    };
+    use serde_json::json;
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    use super::request_with_image;
+
+    fn text_request() -> hostpipe_core::RunRequest {
+        let mut r = request_with_image(false);
+        r.context.clear();
+        r
+    }
+
+    async fn server(reply: ResponseTemplate) -> MockServer {
+        let s = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(reply)
+            .mount(&s)
+            .await;
+        s
+    }
+
+    #[tokio::test]
+    async fn a_token_in_the_url_never_reaches_the_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = RemoteConfig {
+            url: format!("http://127.0.0.1:{port}/agent?token=S3CRET"),
+            max_retries: 0,
+            ..Default::default()
+        };
+        let err = collect_reply(&RemoteRunner::new(config, None).unwrap(), &text_request())
+            .await
+            .unwrap_err();
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("S3CRET"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn a_stream_cut_off_before_its_end_is_an_error() {
+        let cut = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"The answer is\"},\"finish_reason\":null}]}\n\n";
+        let s = server(ResponseTemplate::new(200).set_body_raw(cut, "text/event-stream")).await;
+        let config = LocalConfig {
+            base_url: format!("{}/v1", s.uri()),
+            model: "m".into(),
+            max_retries: 0,
+            ..Default::default()
+        };
+        let err = collect_reply(
+            &LocalAgentRunner::new(config, None).unwrap(),
+            &text_request(),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("cut off"), "{err}");
+
+        let cut = format!(
+            "data: {}\n\n",
+            json!({"event": "message", "conversation_id": "c", "answer": "Half"})
+        );
+        let s = server(ResponseTemplate::new(200).set_body_raw(cut, "text/event-stream")).await;
+        let config = DifyConfig {
+            base_url: format!("{}/v1", s.uri()),
+            max_retries: 0,
+            ..Default::default()
+        };
+        let err = collect_reply(&DifyRunner::new(config, None).unwrap(), &text_request())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("without message_end"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn retries_stop_at_the_timeout_and_side_effects_are_not_repeated() {
+        let s = server(
+            ResponseTemplate::new(503)
+                .insert_header("retry-after", "3")
+                .set_body_json(json!({"error": {"message": "busy"}})),
+        )
+        .await;
+        let config = LocalConfig {
+            base_url: format!("{}/v1", s.uri()),
+            model: "m".into(),
+            timeout_ms: 1000,
+            max_retries: 5,
+            ..Default::default()
+        };
+        let started = Instant::now();
+        let err = collect_reply(
+            &LocalAgentRunner::new(config, None).unwrap(),
+            &text_request(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(err, RunError::Server { status: 503, .. }),
+            "{err:?}"
+        );
+        assert_eq!(s.received_requests().await.unwrap().len(), 1);
+
+        // A 502 from an agent may have started the turn: not sent again.
+        let s = server(ResponseTemplate::new(502).set_body_json(json!({"message": "bad gateway"})))
+            .await;
+        let config = RemoteConfig {
+            url: format!("{}/agent", s.uri()),
+            max_retries: 3,
+            ..Default::default()
+        };
+        let _ = collect_reply(&RemoteRunner::new(config, None).unwrap(), &text_request())
+            .await
+            .unwrap_err();
+        let got = s.received_requests().await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            got[0]
+                .headers
+                .get("idempotency-key")
+                .map(|v| v.to_str().unwrap().to_owned()),
+            Some(text_request().ids.message)
+        );
+    }
+
+    #[tokio::test]
+    async fn each_member_of_a_group_has_their_own_dify_conversation() {
+        let reply = |c: &str| {
+            format!(
+                "data: {}\n\ndata: {}\n\n",
+                json!({"event": "message", "conversation_id": c, "answer": "ok"}),
+                json!({"event": "message_end", "conversation_id": c, "metadata": {}})
+            )
+        };
+        let s = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(
+                ResponseTemplate::new(200).set_body_raw(reply("conv-a"), "text/event-stream"),
+            )
+            .mount(&s)
+            .await;
+        let config = DifyConfig {
+            base_url: format!("{}/v1", s.uri()),
+            max_retries: 0,
+            ..Default::default()
+        };
+        let runner = DifyRunner::new(config, None).unwrap();
+        let mut alice = text_request();
+        alice.ids.conversation = Some("group-1".into());
+        alice.sender = Some("alice".into());
+        let mut bob = alice.clone();
+        bob.sender = Some("bob".into());
+        collect_reply(&runner, &alice).await.unwrap();
+        collect_reply(&runner, &bob).await.unwrap();
+        collect_reply(&runner, &alice).await.unwrap();
+        let bodies: Vec<serde_json::Value> = s
+            .received_requests()
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::from_slice(&r.body).unwrap())
+            .collect();
+        assert!(
+            bodies[1].get("conversation_id").is_none(),
+            "bob starts his own: {}",
+            bodies[1]
+        );
+        assert_eq!(
+            bodies[2]["conversation_id"], "conv-a",
+            "alice continues hers"
+        );
+    }
+}
