@@ -311,6 +311,15 @@ pub fn load(
     if let Some(path) = mcp_config {
         let file = path.display().to_string();
         let extra = parse_mcp_servers_json(&read(path)?).map_err(|e| e.in_file(&file))?;
+        for s in &extra {
+            if !s.ignored_keys.is_empty() {
+                tracing::warn!(
+                    "{file}: mcpServers.{}: ignored keys (not used by hostpipe): {}",
+                    s.name,
+                    s.ignored_keys.join(", ")
+                );
+            }
+        }
         let Some(default) = loaded.pipelines.get_mut("default") else {
             return Err(ConfigError::new(
                 "pipelines.default",
@@ -477,6 +486,26 @@ impl LoadedConfig {
 }
 
 impl LoadedConfig {
+    /// The servers pipeline `id` binds (`[pipelines.ID.bind_mcp_servers].servers`, by
+    /// name); `None` when the pipeline does not exist or its binding cannot be read
+    /// here (then every server is needed).
+    pub fn bound_servers(&self, id: &str) -> Option<Vec<String>> {
+        let servers = self
+            .pipelines
+            .get(id)?
+            .get("bind_mcp_servers")?
+            .get("servers")?
+            .as_array()?;
+        servers
+            .iter()
+            .map(|s| match s {
+                toml::Value::String(name) => Some(name.clone()),
+                toml::Value::Table(t) => t.get("name")?.as_str().map(str::to_owned),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Makes every pipeline use `runner`, with `settings` (key, value) written into its
     /// `[pipelines.ID.RUNNER]` section over what the file says: the `run` command's
     /// `--runner`, `--base-url` and `--model`.

@@ -1,6 +1,6 @@
 //! The `hostpipe` command.
 
-use std::io::{IsTerminal as _, Read as _};
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -162,7 +162,15 @@ async fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(2)
+            // An MCP server that is down or answered with an error is a failure (1);
+            // everything else that stops a command early is bad usage or config (2).
+            if e.chain()
+                .any(|c| c.downcast_ref::<hostpipe_core::SourceError>().is_some())
+            {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::from(2)
+            }
         }
     }
 }
@@ -208,6 +216,27 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut settings: Vec<(&str, String)> = Vec::new();
             settings.extend(base_url.clone().map(|u| ("base_url", u)));
             settings.extend(model.clone().map(|m| ("model", m)));
+            let registry = hostpipe_cli::registry()?;
+            if let Some(r) = runner.as_deref()
+                && registry.runner(r).is_err()
+            {
+                let known: Vec<&str> = registry.runners().map(|d| d.name).collect();
+                bail!(
+                    "--runner: unknown runner `{r}`; known runners: {}",
+                    known.join(", ")
+                );
+            }
+            if !settings.is_empty() && runner.as_deref().is_some_and(|r| r != "local") {
+                bail!("--base-url and --model are for `--runner local`");
+            }
+            if model.is_some() && base_url.is_none() && cli.config.is_none() {
+                bail!(
+                    "--model needs --base-url (the OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1)"
+                );
+            }
+            if base_url.is_some() && model.is_none() && cli.config.is_none() {
+                bail!("--base-url needs --model (the model name the endpoint serves)");
+            }
             match (runner.as_deref(), settings.is_empty()) {
                 (Some(r), _) => Some((r.to_owned(), settings)),
                 (None, false) => Some(("local".to_owned(), settings)),
@@ -222,7 +251,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         runner.as_ref().map(|(r, s)| (r.as_str(), s.as_slice())),
     )?;
     let work = async {
-        app.connect().await;
+        let needed = needed_servers(&app, &cli.command);
+        app.host.connect_only(needed.as_deref()).await;
         command(&app, cli.command).await
     };
     let result = tokio::select! {
@@ -236,6 +266,24 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     // signal never reaches them.
     app.shutdown().await;
     result
+}
+
+/// The servers `command` needs (`None`: all), so that a server that is down or slow
+/// does not hold up a command that does not use it.
+fn needed_servers(app: &App, command: &Command) -> Option<Vec<String>> {
+    match command {
+        Command::Resources { server, .. }
+        | Command::Prompts { server, .. }
+        | Command::Read { server, .. } => Some(vec![server.clone()]),
+        Command::Run {
+            pipeline, attach, ..
+        } => {
+            let mut names = app.config.bound_servers(pipeline)?;
+            names.extend(attach.chunks(2).map(|c| c[0].clone()));
+            Some(names)
+        }
+        _ => None,
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM, saying which.
@@ -281,9 +329,12 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                     bail!("give the message as an argument or on stdin")
                 }
                 None => {
+                    // Read asynchronously, so Ctrl-C still ends the command.
+                    use tokio::io::AsyncReadExt as _;
                     let mut s = String::new();
-                    std::io::stdin()
+                    tokio::io::stdin()
                         .read_to_string(&mut s)
+                        .await
                         .context("cannot read the message from stdin")?;
                     s.trim_end().to_owned()
                 }
@@ -343,6 +394,9 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 println!("{}", outcome.reply.trim_end());
             }
             Ok(if outcome.failed {
+                if !json {
+                    eprintln!("error: the turn failed (see the reply above)");
+                }
                 ExitCode::FAILURE
             } else if outcome.ended_by.is_some() {
                 // A stage answered instead of the runner (e.g. a prompt command that

@@ -122,6 +122,15 @@ pub(crate) async fn send(
         let response = match make().send().await {
             Ok(r) => r,
             Err(e) => {
+                // The endpoint without its query or login (they may hold a token).
+                let endpoint = e.url().map_or_else(String::new, |u| {
+                    format!(
+                        " {}://{}{}",
+                        u.scheme(),
+                        u.host_str().unwrap_or(""),
+                        u.port().map(|p| format!(":{p}")).unwrap_or_default()
+                    ) + u.path()
+                });
                 let e = e.without_url();
                 if e.is_connect() && attempt < policy.max_retries && fits(backoff(attempt)) {
                     tracing::info!(%what, error = %e, attempt, "connect failed; retrying");
@@ -142,7 +151,7 @@ pub(crate) async fn send(
                     return Err(RunError::Timeout(policy.timeout));
                 }
                 return Err(RunError::Backend {
-                    message: format!("{what}: {}", root_cause(&e)),
+                    message: format!("{what}{endpoint}: {}", root_cause(&e)),
                     source: Some(Box::new(e)),
                 });
             }

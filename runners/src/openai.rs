@@ -120,11 +120,14 @@ impl LocalAgentRunner {
                 "required, e.g. \"http://127.0.0.1:11434/v1\"",
             ));
         }
-        if reqwest::Url::parse(&config.base_url).is_err() {
-            return Err(ConfigError::new(
-                "base_url",
-                format!("`{}` is not a URL", config.base_url),
-            ));
+        match reqwest::Url::parse(&config.base_url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+            _ => {
+                return Err(ConfigError::new(
+                    "base_url",
+                    format!("`{}` is not an http(s) URL", config.base_url),
+                ));
+            }
         }
         if config.model.trim().is_empty() {
             return Err(ConfigError::new("model", "required"));
@@ -237,10 +240,11 @@ impl LocalAgentRunner {
                         .unwrap_or("error")
                 )));
             }
-            let message = v
-                .pointer("/choices/0/message")
-                .cloned()
-                .unwrap_or(Value::Null);
+            let Some(message) = v.pointer("/choices/0/message").cloned() else {
+                return Err(RunError::backend(
+                    "chat/completions: the answer has no choices[0].message",
+                ));
+            };
             let text = message
                 .get("content")
                 .and_then(Value::as_str)

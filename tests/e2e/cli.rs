@@ -224,3 +224,61 @@ fn prompts_are_listed_and_run_as_commands() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_command_waits_only_for_the_servers_it_needs_and_flag_mistakes_name_the_flag() {
+    let dir = std::env::temp_dir().join(format!("hostpipe-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("slow.toml");
+    let exe = hostpipe_bin();
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[mcp_servers.demo]
+command = "{}"
+args = ["demo-server"]
+[mcp_servers.stuck]
+command = "sleep"
+args = ["1000"]
+[pipelines.default]
+[pipelines.default.bind_mcp_servers]
+servers = ["demo"]
+"#,
+            exe.display()
+        ),
+    )
+    .unwrap();
+    let cfg = config.display().to_string();
+    let started = std::time::Instant::now();
+    let (ok, stdout, stderr) = hostpipe(&["--config", &cfg, "resources", "demo"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("demo://docs/handbook.md"));
+    let (ok, _, stderr) = hostpipe(&["--config", &cfg, "run", "hello"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "the stuck server (30 s connect timeout) was not waited for: {:?}",
+        started.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let out = Command::new(hostpipe_bin())
+        .args(["run", "--runner", "nosuch", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "--runner: unknown runner `nosuch`; known runners: dify, local, preview, remote"
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(hostpipe_bin())
+        .args(["run", "--model", "x", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--model needs --base-url"));
+}

@@ -18,7 +18,9 @@
 //! ```
 //!
 //! The patterns are simple and err on the side of masking: they are an example, not a
-//! data-protection guarantee.
+//! data-protection guarantee. Only the context blocks are masked: what the model pulls
+//! later through tools (`read_resource`, a server's own tools) comes back inside the
+//! runner's tool loop, after every stage has run.
 
 use async_trait::async_trait;
 use hostpipe_core::{

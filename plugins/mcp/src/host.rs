@@ -526,8 +526,18 @@ impl McpHost {
     /// it declares). Returns when every server is connected or failed. Never fails as a
     /// whole: a server's failure is its status.
     pub async fn connect_all(&self) {
+        self.connect_only(None).await;
+    }
+
+    /// [`McpHost::connect_all`] for the servers named in `only` (`None`: all). The
+    /// others stay unconnected (status `connecting`): a command that needs one server
+    /// does not wait for the others. Unknown names are ignored.
+    pub async fn connect_only(&self, only: Option<&[String]>) {
         let mut set = tokio::task::JoinSet::new();
         for slot in self.slots.values() {
+            if only.is_some_and(|names| !names.contains(&slot.config.name)) {
+                continue;
+            }
             if slot.config.disabled {
                 slot.write().status = Some(ServerStatus::Disabled);
                 continue;
