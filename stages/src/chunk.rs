@@ -192,6 +192,23 @@ pub fn split(text: &str, kind: SplitKind, chunk_tokens: usize) -> Chunked {
     } else {
         ranges
     };
+    // A heading alone says nothing: it goes with the text under it.
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+    let mut carry: Option<(usize, usize)> = None; // (start, end) of pending headings
+    for (s0, len) in ranges {
+        let end = s0 + len;
+        let start = carry.take().map_or(s0, |(s, _)| s);
+        let piece = text[s0..end].trim();
+        if kind == SplitKind::Markdown && piece.starts_with('#') && !piece.contains('\n') {
+            carry = Some((start, end));
+            continue;
+        }
+        merged.push((start, end - start));
+    }
+    if let Some((start, end)) = carry {
+        merged.push((start, end - start));
+    }
+    let ranges = merged;
     let newlines: Vec<usize> = text.match_indices('\n').map(|(i, _)| i).collect();
     let line_of = |offset: usize| newlines.partition_point(|&n| n < offset) + 1;
     let chunks: Vec<Chunk> = ranges

@@ -174,7 +174,10 @@ pub async fn fit(
     // prepare them for every text that will not fit whole, on all cores, before the
     // sequential pass. Chunks are at most half the allowance, so several can be kept.
     let terms = chunk::query_terms(query);
-    let chunk_size = |allowance: usize| allowance.clamp(32, opts.chunk_tokens.max(32));
+    // Half the allowance, so that the best chunk fits even when the 4-characters-a-token
+    // estimate is low, and more than one can be kept; at least 64 tokens, below which
+    // a markdown split yields bare headings.
+    let chunk_size = |allowance: usize| (allowance / 2).clamp(64, opts.chunk_tokens.max(64));
     let prepared: Vec<Option<Scored>> = items
         .par_iter()
         .zip(&costs)

@@ -220,3 +220,46 @@ async fn blobs_by_mime_type_and_invalid_base64_is_an_error_block() {
     assert!(host.server("content").unwrap().status.is_connected());
     host.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_small_budget_still_finds_the_section_that_answers() {
+    let host = hostpipe_tests::connect(vec![hostpipe_tests::demo("demo")]).await;
+    for budget in [120, 200, 400] {
+        let toml = format!(
+            r#"
+[pipelines.default]
+stages = ["bind_mcp_servers", "resource_context_injection"]
+[pipelines.default.bind_mcp_servers]
+servers = ["demo"]
+[pipelines.default.resource_context_injection]
+budget_tokens = {budget}
+attachments = [{{ server = "demo", uri = "demo://docs/handbook.md" }}]
+"#
+        );
+        let p = crate::pipeline(&host, &toml);
+        let (request, _) = crate::prepare(
+            &p,
+            hostpipe_core::Turn::new("default", "how do refunds work?"),
+        )
+        .await;
+        let text = request.context[0].text().unwrap_or_default();
+        assert!(
+            text.contains("## Refunds\n\nRefunds up to 100 EUR"),
+            "budget {budget}: {text}"
+        );
+        // No chunk is a bare heading.
+        for part in text.split("[chunk ").skip(1) {
+            let body: Vec<&str> = part
+                .lines()
+                .skip(1)
+                .filter(|l| !l.trim().is_empty())
+                .collect();
+            assert!(
+                !(body.len() == 1 && body[0].starts_with('#')),
+                "budget {budget}: a bare heading: {part}"
+            );
+        }
+        assert!(request.context_tokens() <= budget);
+    }
+    host.shutdown().await;
+}
