@@ -442,14 +442,30 @@ pub fn select(
     // beginning of a document usually says what it is about).
     order.extend((0..n).filter(|&i| scores[i] <= 0.0));
     let mut kept: Vec<(usize, usize)> = Vec::new(); // (chunk index, tokens)
+    // The best chunk, cut to fit, when it is larger than the whole allowance.
+    let mut cut: Option<(usize, String)> = None;
     let mut used = 0;
     let mut misses = 0;
-    for i in order {
+    for (rank, i) in order.into_iter().enumerate() {
         let cost = chunked.cost(text, i, tk);
         if used + cost <= allowance {
             used += cost;
             kept.push((i, cost));
             misses = 0;
+        } else if rank == 0 {
+            // The most relevant chunk alone is over the allowance: its head, cut
+            // token-exactly with a marker, beats any other chunk.
+            let c = &chunked.chunks[i];
+            let room = allowance.saturating_sub(tk.count(&locator(i, n, c)) + 1);
+            if let Some(t) = tk.truncate(
+                text[c.range.clone()].trim_end(),
+                room,
+                hostpipe_core::TruncationSide::Head,
+            ) {
+                used += t.tokens + tk.count(&locator(i, n, c)) + 1;
+                kept.push((i, t.tokens));
+                cut = Some((i, t.text));
+            }
         } else {
             misses += 1;
             // The best chunks are considered first; after a run of misses the rest are
@@ -469,7 +485,10 @@ pub fn select(
         for (i, _) in &in_order {
             let c = &chunked.chunks[*i];
             out.push_str(&locator(*i, n, c));
-            out.push_str(text[c.range.clone()].trim_end());
+            match &cut {
+                Some((ci, t)) if ci == i => out.push_str(t),
+                _ => out.push_str(text[c.range.clone()].trim_end()),
+            }
             out.push('\n');
         }
         let tokens = count(&out);
@@ -528,6 +547,30 @@ mod tests {
             let (scanned, indexed) = scan_and_index(&doc, &query);
             proptest::prop_assert_eq!(scanned, indexed);
         }
+    }
+
+    #[test]
+    fn a_best_chunk_over_the_allowance_is_kept_cut_and_headings_go_with_their_text() {
+        let tk = Tokenizer::new(Encoding::O200kBase).unwrap_or_else(|e| unreachable!("{e}"));
+        let mut doc = String::from("# Intro\n\nNothing here.\n\n## Zebras\n\n");
+        for i in 0..60 {
+            let _ = write!(doc, "Zebra fact {i}: zebras are striped and fast. ");
+        }
+        doc.push_str("\n\n## Other\n\nUnrelated text.\n");
+        let chunked = split(&doc, SplitKind::Markdown, 64);
+        for c in &chunked.chunks {
+            let piece = doc[c.range.clone()].trim();
+            assert!(
+                !piece.starts_with('#') || piece.contains('\n'),
+                "bare heading: {piece}"
+            );
+        }
+        let scores = bm25(&doc, &chunked, &query_terms("zebras"));
+        let sel = select(&doc, &chunked, &scores, 60, &tk, &|s| tk.count(s))
+            .unwrap_or_else(|| unreachable!("a selection"));
+        assert!(sel.tokens <= 60, "{}", sel.tokens);
+        assert!(sel.text.contains("Zebra fact 0"), "{}", sel.text);
+        assert!(sel.text.contains("tokens omitted"), "{}", sel.text);
     }
 
     #[test]

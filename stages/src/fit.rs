@@ -174,10 +174,10 @@ pub async fn fit(
     // prepare them for every text that will not fit whole, on all cores, before the
     // sequential pass. Chunks are at most half the allowance, so several can be kept.
     let terms = chunk::query_terms(query);
-    // Half the allowance, so that the best chunk fits even when the 4-characters-a-token
-    // estimate is low, and more than one can be kept; at least 64 tokens, below which
-    // a markdown split yields bare headings.
-    let chunk_size = |allowance: usize| (allowance / 2).clamp(64, opts.chunk_tokens.max(64));
+    // The allowance, at most `chunk_tokens`, at least 64 (below that a markdown split
+    // yields scraps). The 4-characters-a-token estimate can make the best chunk larger
+    // than the allowance: selection then keeps its head, cut to fit.
+    let chunk_size = |allowance: usize| allowance.clamp(64, opts.chunk_tokens.max(64));
     let prepared: Vec<Option<Scored>> = items
         .par_iter()
         .zip(&costs)

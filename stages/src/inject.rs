@@ -70,8 +70,9 @@ pub struct InjectConfig {
     pub strategy: Strategy,
     /// Which part a truncation keeps. Default `head`.
     pub truncate: TruncationSide,
-    /// Largest chunk size for `chunk`, in tokens (approximate; a chunk is at most half
-    /// its text's allowance). Default 512.
+    /// Largest chunk size for `chunk`, in tokens (approximate: sized at 4 characters a
+    /// token; a chunk is at most its text's allowance, and the best chunk is cut to fit
+    /// when the estimate was low). Default 512.
     pub chunk_tokens: usize,
     /// Below this many tokens a shrunk text is not worth sending: lower-ranked texts are
     /// left out instead of cut to scraps. Default 64.

@@ -239,7 +239,7 @@ attachments = [{{ server = "demo", uri = "demo://docs/handbook.md" }}]
         let p = crate::pipeline(&host, &toml);
         let (request, _) = crate::prepare(
             &p,
-            hostpipe_core::Turn::new("default", "how do refunds work?"),
+            hostpipe_core::Turn::new("default", "How large a refund can a team member grant?"),
         )
         .await;
         let text = request.context[0].text().unwrap_or_default();
