@@ -89,6 +89,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Argument completion (MCP `completion/complete`): values for ARG of a resource
+    /// TEMPLATE (`demo://docs/{topic}`) or a prompt (`prompt:NAME`) that start with
+    /// PREFIX, one per line.
+    Complete {
+        /// Server name.
+        server: String,
+        /// A URI template, or `prompt:NAME`.
+        target: String,
+        /// The argument (template variable or prompt argument) to complete.
+        argument: String,
+        /// What the user has typed so far.
+        #[arg(default_value = "")]
+        prefix: String,
+        /// An argument already chosen, sent as context (repeatable).
+        #[arg(long = "context", value_name = "KEY=VALUE", value_parser = parse_var)]
+        context: Vec<(String, String)>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Read one resource, converted as the pipeline would (blobs are described).
     Read {
         /// Server name.
@@ -274,6 +294,7 @@ fn needed_servers(app: &App, command: &Command) -> Option<Vec<String>> {
     match command {
         Command::Resources { server, .. }
         | Command::Prompts { server, .. }
+        | Command::Complete { server, .. }
         | Command::Read { server, .. } => Some(vec![server.clone()]),
         Command::Run {
             pipeline, attach, ..
@@ -519,6 +540,40 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                         .map(|d| format!("  — {d}"))
                         .unwrap_or_default()
                 );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Complete {
+            server,
+            target,
+            argument,
+            prefix,
+            context,
+            json,
+        } => {
+            let reference = match target.strip_prefix("prompt:") {
+                Some(name) => hostpipe_core::CompletionRef::Prompt { name: name.into() },
+                None => hostpipe_core::CompletionRef::ResourceTemplate {
+                    uri_template: target.clone(),
+                },
+            };
+            let context: std::collections::BTreeMap<String, String> = context.into_iter().collect();
+            let c = app
+                .host
+                .complete(&server, &reference, &argument, &prefix, &context)
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&c)?);
+            } else {
+                for v in &c.values {
+                    println!("{v}");
+                }
+                if c.has_more {
+                    eprintln!(
+                        "(more values: {} in all)",
+                        c.total.map_or("?".to_owned(), |t| t.to_string())
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -282,3 +282,20 @@ servers = ["demo"]
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--model needs --base-url"));
 }
+
+#[test]
+fn complete_offers_template_and_prompt_values() {
+    let (ok, stdout, stderr) =
+        hostpipe(&["complete", "demo", "demo://docs/{topic}", "topic", "in"]);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "incident-runbook\n");
+    let (ok, stdout, _) = hostpipe(&["complete", "demo", "prompt:summarize_doc", "topic"]);
+    assert!(ok);
+    assert_eq!(stdout, "handbook\ndeployment\nincident-runbook\n");
+    let (ok, stdout, _) = hostpipe(&["run", "/demo:summarize_doc"]);
+    assert!(!ok);
+    assert!(
+        stdout.contains("(for example: handbook, deployment, incident-runbook)"),
+        "{stdout}"
+    );
+}

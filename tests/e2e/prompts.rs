@@ -102,6 +102,20 @@ async fn completion_narrows_by_the_arguments_already_chosen() {
         .await
         .unwrap();
     assert_eq!(names.values, ["David", "Eve", "Frank"]);
+    // A resource template's variable, too.
+    let template = CompletionRef::ResourceTemplate {
+        uri_template: "demo://resource/dynamic/text/{resourceId}".into(),
+    };
+    let ids = host
+        .complete("everything", &template, "resourceId", "7", &BTreeMap::new())
+        .await
+        .unwrap();
+    assert_eq!(ids.values, ["7"]);
+    let none = host
+        .complete("everything", &template, "resourceId", "x", &BTreeMap::new())
+        .await
+        .unwrap();
+    assert!(none.values.is_empty());
 
     // The reply for a missing argument offers the server's completions.
     let p = pipeline(&host, EVERYTHING);

@@ -16,12 +16,12 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, Implementation, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    Prompt, PromptArgument, PromptMessage, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities,
-    ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    CompletionInfo, ContentBlock, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, Prompt, PromptArgument, PromptMessage,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, Resource,
+    ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -190,6 +190,7 @@ impl ServerHandler for DemoServer {
             ServerCapabilities::builder()
                 .enable_resources()
                 .enable_prompts()
+                .enable_completions()
                 .enable_tools()
                 .build(),
         )
@@ -235,6 +236,30 @@ impl ServerHandler for DemoServer {
                 Some(serde_json::json!({ "uri": request.uri })),
             )),
         }
+    }
+
+    /// Completes `topic` of the template `demo://docs/{topic}` and of the prompt
+    /// `summarize_doc`: the document slugs that start with the value.
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let known = match &request.r#ref {
+            Reference::Resource(r) => r.uri == "demo://docs/{topic}",
+            Reference::Prompt(p) => p.name == "summarize_doc",
+            _ => false,
+        };
+        let values: Vec<String> = if known && request.argument.name == "topic" {
+            DOCS.iter()
+                .map(|(slug, _, _)| (*slug).to_owned())
+                .filter(|slug| slug.starts_with(&request.argument.value))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let info = CompletionInfo::new(values).map_err(|e| ErrorData::internal_error(e, None))?;
+        Ok(CompleteResult::new(info))
     }
 
     async fn list_prompts(
