@@ -23,7 +23,7 @@
 //! args = ["-y", "@modelcontextprotocol/server-everything@2026.8.31"]
 //!
 //! [pipelines.default]
-//! stages = ["bind_mcp_servers", "prompt_expansion", "resource_context_injection", "tool_assembly"]
+//! stages = ["bind_mcp_servers", "prompt_expansion", "resource_mentions", "resource_context_injection", "tool_assembly"]
 //! runner = "preview"
 //! system_prompt = "…"
 //! turn_timeout_ms = 60000      # stages stop waiting on servers after this
@@ -52,9 +52,10 @@ use serde::Deserialize;
 pub const EMBEDDED: &str = "<embedded default config>";
 
 /// The stages a pipeline runs when its config lists none.
-pub const DEFAULT_STAGES: [&str; 4] = [
+pub const DEFAULT_STAGES: [&str; 5] = [
     "bind_mcp_servers",
     "prompt_expansion",
+    "resource_mentions",
     "resource_context_injection",
     "tool_assembly",
 ];
@@ -63,7 +64,7 @@ pub const DEFAULT_STAGES: [&str; 4] = [
 /// [`load`], spawned from this very binary as `hostpipe demo-server`).
 pub const EMBEDDED_TOML: &str = r#"
 [pipelines.default]
-stages = ["bind_mcp_servers", "prompt_expansion", "resource_context_injection", "tool_assembly"]
+stages = ["bind_mcp_servers", "prompt_expansion", "resource_mentions", "resource_context_injection", "tool_assembly"]
 runner = "preview"
 system_prompt = """
 You are the Acme support assistant. Answer from the attached resources when they are \

@@ -4,6 +4,8 @@
 //!   a required server that is down ends the turn with a reply.
 //! - [`PromptExpansion`] (`prompt_expansion`): a message `/server:prompt arg=value`
 //!   becomes the MCP prompt's messages; embedded resources become attachments.
+//! - [`ResourceMentions`] (`resource_mentions`): `@server:uri` in the message attaches
+//!   that resource for the turn.
 //! - [`ResourceContextInjection`] (`resource_context_injection`): reads the attached
 //!   resources (static URIs or RFC 6570 templates, see [`uri_template`]), converts them
 //!   by MIME type ([`convert`]) and fits them into the token budget.
@@ -21,6 +23,7 @@ pub mod config;
 pub mod convert;
 pub mod fit;
 mod inject;
+pub mod mentions;
 pub mod prompt;
 pub mod summarize;
 mod tools;
@@ -29,6 +32,7 @@ pub mod uri_template;
 pub use bind::{BindConfig, BindMcpServers, Binding};
 pub use fit::Strategy;
 pub use inject::{AttachmentConfig, InjectConfig, ResourceContextInjection};
+pub use mentions::{MentionsConfig, ResourceMentions};
 pub use prompt::{PromptConfig, PromptExpansion};
 pub use summarize::ExtractiveSummarizer;
 pub use tools::{

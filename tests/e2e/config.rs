@@ -24,7 +24,7 @@ fn bad_configs_are_refused_with_file_and_key() {
     let cases = [
         (
             "[pipelines.default]\nstages = [\"bind_mcp_servers\", \"nope\"]",
-            "bad.toml: pipelines.default.stages[1]: unknown stage `nope`; known stages: bind_mcp_servers, prompt_expansion, resource_context_injection, redact_pii, tool_assembly",
+            "bad.toml: pipelines.default.stages[1]: unknown stage `nope`; known stages: bind_mcp_servers, prompt_expansion, resource_mentions, resource_context_injection, redact_pii, tool_assembly",
         ),
         (
             "[pipelines.default]\nstages = [\"tool_assembly\", \"tool_assembly\"]",

@@ -288,3 +288,63 @@ fn two_plugins_registering_one_stage_name_is_an_error_naming_both() {
         "{unknown}"
     );
 }
+
+#[tokio::test]
+async fn a_mention_of_a_bound_server_attaches_and_of_an_unbound_one_stays_text() {
+    let host = connect(vec![demo("demo"), everything("everything")]).await;
+    let toml = r#"
+[pipelines.default]
+stages = ["bind_mcp_servers", "resource_mentions", "resource_context_injection"]
+[pipelines.default.bind_mcp_servers]
+servers = ["demo"]
+[pipelines.default.resource_context_injection]
+budget_tokens = 4000
+"#;
+    let p = pipeline(&host, toml);
+    let (request, trace) = prepare(
+        &p,
+        Turn::new(
+            "default",
+            "Summarize @demo:demo://docs/deployment.md, and @everything:demo://resource/static/document/features.md too.",
+        ),
+    )
+    .await;
+    assert_eq!(
+        request.message.text,
+        "Summarize, and @everything:demo://resource/static/document/features.md too."
+    );
+    let b = block(&request, "demo://docs/deployment.md");
+    assert_eq!(b.source.scope, hostpipe_core::Scope::Message);
+    assert!(b.text().is_some_and(|t| t.contains("# ")));
+    assert!(
+        !request
+            .context
+            .iter()
+            .any(|b| b.source.server == "everything")
+    );
+    assert!(trace.records().iter().any(|r| matches!(&r.event,
+        hostpipe_core::TraceEvent::Note { message } if message.contains("server `everything`, which is not bound"))));
+
+    // Kept in the text when the config says so.
+    let kept = toml.replace(
+        "[pipelines.default.resource_context_injection]",
+        "[pipelines.default.resource_mentions]\nkeep_in_text = true\n[pipelines.default.resource_context_injection]",
+    );
+    let p = pipeline(&host, &kept);
+    let (request, _) = prepare(
+        &p,
+        Turn::new("default", "Read @demo:demo://config/app.json please"),
+    )
+    .await;
+    assert_eq!(
+        request.message.text,
+        "Read @demo:demo://config/app.json please"
+    );
+    assert!(
+        request
+            .context
+            .iter()
+            .any(|b| b.source.uri == "demo://config/app.json")
+    );
+    host.shutdown().await;
+}
