@@ -441,6 +441,12 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&servers)?);
                 return Ok(code);
             }
+            if servers.is_empty() {
+                println!(
+                    "no MCP servers are configured in {} (add [mcp_servers.NAME] or --mcp-config FILE; see docs/configuration.md)",
+                    app.config.source
+                );
+            }
             for s in &servers {
                 println!("{}: {}", s.name, s.status.describe());
                 if let Some((name, version)) = &s.implementation {
