@@ -162,11 +162,11 @@ impl DifyRunner {
         if config.inputs_variable.trim().is_empty() {
             return Err(ConfigError::new("inputs_variable", "must not be empty"));
         }
-        let policy = HttpPolicy {
-            timeout: Duration::from_millis(config.timeout_ms),
-            connect_timeout: Duration::from_millis(config.connect_timeout_ms),
-            max_retries: config.max_retries,
-        };
+        let policy = HttpPolicy::from_ms(
+            config.timeout_ms,
+            config.connect_timeout_ms,
+            config.max_retries,
+        );
         Ok(Self {
             client: http::client(&config.headers, api_key, policy)?,
             base: config.base_url.trim_end_matches('/').to_owned(),
@@ -469,15 +469,7 @@ impl DifyRunner {
 #[async_trait]
 impl Runner for DifyRunner {
     async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
-        let result = self.run_inner(request, events).await;
-        if let Err(e) = &result {
-            events
-                .emit(RunEvent::RunFailed {
-                    error: e.to_string(),
-                })
-                .await;
-        }
-        result
+        http::report(self.run_inner(request, events).await, events).await
     }
 }
 

@@ -18,6 +18,43 @@ pub(crate) struct HttpPolicy {
     pub(crate) max_retries: u32,
 }
 
+impl HttpPolicy {
+    /// A policy from a runner's config values (milliseconds).
+    pub(crate) fn from_ms(timeout_ms: u64, connect_timeout_ms: u64, max_retries: u32) -> Self {
+        Self {
+            timeout: Duration::from_millis(timeout_ms),
+            connect_timeout: Duration::from_millis(connect_timeout_ms),
+            max_retries,
+        }
+    }
+}
+
+/// Whether `response` is a server-sent event stream (`Content-Type:
+/// text/event-stream`), rather than one JSON body.
+pub(crate) fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// The runner contract's end on failure: `run_failed` is the last event, then the
+/// error goes back to the caller.
+pub(crate) async fn report(
+    result: Result<(), RunError>,
+    events: &hostpipe_core::EventSink,
+) -> Result<(), RunError> {
+    if let Err(e) = &result {
+        events
+            .emit(hostpipe_core::RunEvent::RunFailed {
+                error: e.to_string(),
+            })
+            .await;
+    }
+    result
+}
+
 /// A client with `headers` on every request (names and values checked; errors at
 /// `headers.NAME`) and the policy's timeouts.
 pub(crate) fn client(

@@ -20,7 +20,6 @@
 //!   [`RunError::Server`]).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
@@ -135,11 +134,11 @@ impl LocalAgentRunner {
         if config.max_rounds == 0 {
             return Err(ConfigError::new("max_rounds", "must be at least 1"));
         }
-        let policy = HttpPolicy {
-            timeout: Duration::from_millis(config.timeout_ms),
-            connect_timeout: Duration::from_millis(config.connect_timeout_ms),
-            max_retries: config.max_retries,
-        };
+        let policy = HttpPolicy::from_ms(
+            config.timeout_ms,
+            config.connect_timeout_ms,
+            config.max_retries,
+        );
         let client = http::client(&config.headers, api_key, policy)?;
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
         Ok(Self {
@@ -222,12 +221,7 @@ impl LocalAgentRunner {
         )
         .await?;
         // Some servers answer a streaming request with one JSON body: take it as is.
-        let is_sse = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if !is_sse {
+        if !http::is_event_stream(&response) {
             let v: Value = response
                 .json()
                 .await
@@ -582,15 +576,7 @@ fn fit_messages(messages: &mut [Value], limit: usize, tk: &Tokenizer) -> Result<
 #[async_trait]
 impl Runner for LocalAgentRunner {
     async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
-        let result = self.run_inner(request, events).await;
-        if let Err(e) = &result {
-            events
-                .emit(RunEvent::RunFailed {
-                    error: e.to_string(),
-                })
-                .await;
-        }
-        result
+        http::report(self.run_inner(request, events).await, events).await
     }
 }
 

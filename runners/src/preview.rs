@@ -2,10 +2,11 @@
 
 use std::fmt::Write as _;
 
+use crate::render::treatment_label;
 use async_trait::async_trait;
 use hostpipe_core::{
     BlockBody, BuildContext, ConfigError, ContextBlock, EventSink, ReadRecord, RunError, RunEvent,
-    RunRequest, Runner, Treatment, TruncationSide,
+    RunRequest, Runner, Treatment,
 };
 use serde::{Deserialize, Serialize};
 
@@ -215,26 +216,6 @@ impl PreviewReport {
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
-}
-
-fn treatment_label(t: &Treatment) -> String {
-    match t {
-        Treatment::Whole => "whole".into(),
-        Treatment::Truncated {
-            side,
-            omitted_tokens,
-        } => {
-            let side = match side {
-                TruncationSide::Head => "head",
-                TruncationSide::Tail => "tail",
-                TruncationSide::HeadTail => "head+tail",
-            };
-            format!("{side} kept, {omitted_tokens} cut")
-        }
-        Treatment::Chunked { kept, total } => format!("chunked {kept}/{total}"),
-        Treatment::Summarized => "summarized".into(),
-        Treatment::Omitted => "fallback".into(),
-    }
 }
 
 fn block(b: &ContextBlock) -> PreviewBlock {

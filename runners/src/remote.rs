@@ -14,7 +14,6 @@
 //! version 1 has no way for the agent to call them through hostpipe.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
@@ -120,7 +119,7 @@ pub struct RemoteBlock {
     pub scope: String,
     /// MIME type, if known.
     pub mime_type: Option<String>,
-    /// What was done to fit the budget: `whole`, `chunked (2 of 9 chunks)`, ...
+    /// What was done to fit the budget: `whole`, `chunked 2/9`, `head kept, 1200 cut`, ...
     pub treatment: String,
     /// Tokens as sent.
     pub tokens: usize,
@@ -306,11 +305,11 @@ impl RemoteRunner {
                 format!("required: the agent's endpoint URL (got `{}`)", config.url),
             ));
         }
-        let policy = HttpPolicy {
-            timeout: Duration::from_millis(config.timeout_ms),
-            connect_timeout: Duration::from_millis(config.connect_timeout_ms),
-            max_retries: config.max_retries,
-        };
+        let policy = HttpPolicy::from_ms(
+            config.timeout_ms,
+            config.connect_timeout_ms,
+            config.max_retries,
+        );
         Ok(Self {
             client: http::client(&config.headers, token, policy)?,
             url: config.url,
@@ -339,12 +338,7 @@ impl RemoteRunner {
             |_, _| None,
         )
         .await?;
-        let is_sse = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if !is_sse {
+        if !http::is_event_stream(&response) {
             let reply: RemoteReply = response.json().await.map_err(|e| {
                 RunError::backend(format!(
                     "remote agent: the answer is not a RemoteReply: {e}"
@@ -406,15 +400,7 @@ impl RemoteRunner {
 #[async_trait]
 impl Runner for RemoteRunner {
     async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
-        let result = self.run_inner(request, events).await;
-        if let Err(e) = &result {
-            events
-                .emit(RunEvent::RunFailed {
-                    error: e.to_string(),
-                })
-                .await;
-        }
-        result
+        http::report(self.run_inner(request, events).await, events).await
     }
 }
 

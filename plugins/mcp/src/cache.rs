@@ -233,12 +233,6 @@ impl ContentCache {
     pub(crate) async fn sweep(&self) {
         self.entries.run_pending_tasks().await;
     }
-
-    /// Cached entries and their weight in bytes (after pending maintenance).
-    pub(crate) async fn usage(&self) -> (u64, u64) {
-        self.entries.run_pending_tasks().await;
-        (self.entries.entry_count(), self.entries.weighted_size())
-    }
 }
 
 #[cfg(test)]

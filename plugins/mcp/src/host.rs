@@ -473,14 +473,7 @@ impl Drop for McpHost {
                 session.take();
             }
         }
-        for task in self
-            .loops
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..)
-        {
-            task.abort();
-        }
+        self.abort_loops();
     }
 }
 
@@ -588,10 +581,8 @@ impl McpHost {
         }
     }
 
-    /// Closes every session, then kills whatever is left of each stdio server's
-    /// process group. Each session gets up to 3 s to close (rmcp closes stdin, then sends
-    /// SIGTERM); all close concurrently. Dropping the host also kills the process groups.
-    pub async fn shutdown(&self) {
+    /// Stops every server's event loop (no reconnects from here on).
+    fn abort_loops(&self) {
         for task in self
             .loops
             .lock()
@@ -600,6 +591,14 @@ impl McpHost {
         {
             task.abort();
         }
+    }
+
+    /// Closes every session and stops the stdio servers, all concurrently: each
+    /// session gets up to 3 s to close, then each child up to 2 s to exit on its own,
+    /// then SIGTERM to its process group and up to 1 s, then SIGKILL. Dropping the host
+    /// kills the process groups at once.
+    pub async fn shutdown(&self) {
+        self.abort_loops();
         let mut set = tokio::task::JoinSet::new();
         for slot in self.slots.values() {
             slot.closing.store(true, Ordering::Relaxed);
@@ -646,11 +645,6 @@ impl McpHost {
         self.slots
             .get(server)
             .map_or(0, |s| s.conn.load(Ordering::SeqCst))
-    }
-
-    /// Entries in the content cache and their decoded size in bytes.
-    pub async fn content_cache_usage(&self) -> (u64, u64) {
-        self.cache.usage().await
     }
 
     /// How many requests of each MCP method were sent to `server` (e.g.
