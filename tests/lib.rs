@@ -42,6 +42,20 @@ pub fn hostpipe_bin() -> PathBuf {
     )
 }
 
+/// A command running [`hostpipe_bin`] with its data directory (and so its default
+/// SQLite store) in the system's temporary directory, never the user's own; without
+/// `HOSTPIPE_LOG` and `HOSTPIPE_STORE_URL` from the environment.
+pub fn hostpipe_command() -> std::process::Command {
+    let mut cmd = std::process::Command::new(hostpipe_bin());
+    cmd.env(
+        "HOSTPIPE_DATA_DIR",
+        std::env::temp_dir().join("hostpipe-e2e-data"),
+    )
+    .env_remove("HOSTPIPE_STORE_URL")
+    .env_remove("HOSTPIPE_LOG");
+    cmd
+}
+
 fn node_package(package: &str) -> PathBuf {
     require(
         root()
@@ -412,5 +426,176 @@ pub mod openai_api {
         ResponseTemplate::new(200)
             .insert_header("content-type", "text/event-stream")
             .set_body_raw(body, "text/event-stream")
+    }
+}
+
+/// A private PostgreSQL server for one test: `initdb` into a temporary directory, then
+/// `pg_ctl start` on a free loopback port (trust authentication, Unix socket in the
+/// same directory). Stopped (`pg_ctl stop -m immediate`) and deleted when dropped.
+///
+/// `HOSTPIPE_TEST_POSTGRES_URL` (a database the tests may create databases in) is used
+/// instead when set. Otherwise the server binaries come from Debian's `postgresql`
+/// package, which `tests/run.sh` installs; as root, the server runs as user `postgres`
+/// (PostgreSQL refuses to run as root).
+pub struct Postgres {
+    dir: Option<tempfile::TempDir>,
+    bin: PathBuf,
+    as_postgres: bool,
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`.
+    pub url: String,
+}
+
+impl Postgres {
+    /// Starts the server (at most 60 s) and returns when it accepts connections.
+    pub fn start() -> Self {
+        if let Ok(url) = std::env::var("HOSTPIPE_TEST_POSTGRES_URL") {
+            return Self {
+                dir: None,
+                bin: PathBuf::new(),
+                as_postgres: false,
+                url,
+            };
+        }
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .and_then(|versions| {
+                versions
+                    .filter_map(Result::ok)
+                    .map(|v| v.path().join("bin"))
+                    .filter(|b| b.join("initdb").exists())
+                    .max()
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "PostgreSQL's initdb not found under /usr/lib/postgresql/*/bin: run `bash tests/run.sh` (it installs Debian's postgresql package), or set HOSTPIPE_TEST_POSTGRES_URL"
+                )
+            });
+        let as_postgres = std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+        let dir = tempfile::Builder::new()
+            .prefix("hostpipe-pg-")
+            .tempdir()
+            .expect("a temporary directory");
+        if as_postgres {
+            let status = std::process::Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .expect("chown runs");
+            assert!(status.success(), "chown postgres {}", dir.path().display());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let pg = Self {
+            dir: Some(dir),
+            bin,
+            as_postgres,
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        };
+        let data = pg.data_dir();
+        pg.run(
+            "initdb",
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        let options = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            pg.socket_dir()
+        );
+        pg.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &data,
+                "-o",
+                &options,
+                "-l",
+                &format!("{}/log", pg.socket_dir()),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        );
+        pg
+    }
+
+    fn socket_dir(&self) -> String {
+        self.dir
+            .as_ref()
+            .map(|d| d.path().display().to_string())
+            .unwrap_or_default()
+    }
+
+    fn data_dir(&self) -> String {
+        format!("{}/data", self.socket_dir())
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let exe = self.bin.join(program);
+        let mut cmd = if self.as_postgres {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let out = cmd.args(args).output().expect("the PostgreSQL tool runs");
+        assert!(
+            out.status.success(),
+            "{program} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The URL of a new, empty database `name` on the server (created with `psql`
+    /// against the server's `postgres` database).
+    pub fn database(&self, name: &str) -> String {
+        let out = std::process::Command::new("psql")
+            .arg(&self.url)
+            .args(["-v", "ON_ERROR_STOP=1", "-c"])
+            .arg(format!("CREATE DATABASE \"{name}\""))
+            .output()
+            .expect("psql runs (Debian's postgresql-client)");
+        assert!(
+            out.status.success(),
+            "CREATE DATABASE {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        match self.url.rsplit_once('/') {
+            Some((server, _)) => format!("{server}/{name}"),
+            None => panic!("no database in {}", self.url),
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if self.dir.is_some() {
+            let data = self.data_dir();
+            let exe = self.bin.join("pg_ctl");
+            let mut cmd = if self.as_postgres {
+                let mut c = std::process::Command::new("runuser");
+                c.args(["-u", "postgres", "--"]).arg(&exe);
+                c
+            } else {
+                std::process::Command::new(&exe)
+            };
+            let _ = cmd.args(["-D", &data, "-m", "immediate", "stop"]).output();
+        }
     }
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every hostpipe test on a fresh machine: installs the pinned MCP peers the
 # end-to-end tests talk to (npm: tests/package-lock.json; Python: tests/requirements.txt
-# into tests/.venv), builds the hostpipe binary, then runs the whole workspace's tests.
+# into tests/.venv) and Debian's postgresql when it is missing, builds the hostpipe
+# binary, then runs the whole workspace's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,14 @@ if ! tests/.venv/bin/python -c 'import mcp' 2>/dev/null; then
   python3 -m venv tests/.venv
 fi
 tests/.venv/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+
+echo "== PostgreSQL (Debian's postgresql; the store tests start a private server)"
+if [ -z "${HOSTPIPE_TEST_POSTGRES_URL:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends postgresql postgresql-client >/dev/null
+fi
 
 echo "== build"
 cargo build -j2 --locked --bin hostpipe

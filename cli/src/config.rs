@@ -18,6 +18,10 @@
 //! list_refresh_debounce_ms = 100
 //! ping_interval_ms = 30000          # streamable HTTP servers only; 0 disables
 //!
+//! [store]                      # pins and read history (docs/attachments.md)
+//! url = "sqlite:/var/lib/hostpipe/hostpipe.db"  # default: hostpipe.db in the data directory
+//! history_retention_days = 30  # 0 keeps the history forever
+//!
 //! [mcp_servers.kb]             # the same keys as a standard `mcpServers` entry
 //! command = "npx"
 //! args = ["-y", "@modelcontextprotocol/server-everything@2026.8.31"]
@@ -111,6 +115,52 @@ pub struct HostSection {
     pub ping_interval_ms: Option<u64>,
 }
 
+/// `[store]`: where pins and the read history live.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// `sqlite:PATH`, `postgres://…`, `memory` (nothing kept) or `none` (no pins, no
+    /// history). Default: `sqlite:` + `hostpipe.db` in the data directory
+    /// ([`data_dir`]). The `--store` flag and `HOSTPIPE_STORE_URL` override it.
+    pub url: Option<String>,
+    /// Days of read history kept; older turns are deleted when hostpipe opens the
+    /// store. 0 keeps everything. Default 30.
+    #[serde(default = "default_retention_days")]
+    pub history_retention_days: u32,
+}
+
+fn default_retention_days() -> u32 {
+    30
+}
+
+impl Default for StoreSection {
+    fn default() -> Self {
+        Self {
+            url: None,
+            history_retention_days: default_retention_days(),
+        }
+    }
+}
+
+/// The data directory: `HOSTPIPE_DATA_DIR` if set, else the platform's per-user data
+/// directory (`$XDG_DATA_HOME/hostpipe`, `~/.local/share/hostpipe` on Linux).
+///
+/// # Errors
+/// When neither exists (no home directory).
+pub fn data_dir() -> Result<PathBuf, ConfigError> {
+    if let Some(dir) = std::env::var_os("HOSTPIPE_DATA_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    directories::ProjectDirs::from("", "", "hostpipe")
+        .map(|d| d.data_dir().to_path_buf())
+        .ok_or_else(|| {
+            ConfigError::new(
+                "store.url",
+                "no home directory to keep hostpipe.db in: set HOSTPIPE_DATA_DIR or [store] url",
+            )
+        })
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
@@ -118,6 +168,8 @@ struct FileConfig {
     model: ModelProfile,
     #[serde(default)]
     host: HostSection,
+    #[serde(default)]
+    store: StoreSection,
     #[serde(default)]
     mcp_servers: BTreeMap<String, RawServerEntry>,
     #[serde(default)]
@@ -169,6 +221,8 @@ pub struct LoadedConfig {
     pub servers: Vec<ServerConfig>,
     /// Model-backed summarizers by name.
     pub summarizers: BTreeMap<String, SummarizerSection>,
+    /// Pins and read history.
+    pub store: StoreSection,
     pipelines: BTreeMap<String, toml::Table>,
 }
 
@@ -266,6 +320,7 @@ pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
         host,
         servers,
         summarizers: file.summarizers,
+        store: file.store,
         pipelines: file.pipelines,
     })
 }
@@ -356,6 +411,39 @@ pub fn load(
 }
 
 impl LoadedConfig {
+    /// The pipeline-scope attachments of pipeline `id`'s config
+    /// (`[pipelines.ID.resource_context_injection] attachments`); `None` for an unknown
+    /// pipeline.
+    pub fn pipeline_attachments(&self, id: &str) -> Option<Vec<hostpipe_core::Attachment>> {
+        let table = self.pipelines.get(id)?;
+        let Some(section) = table.get("resource_context_injection") else {
+            return Some(Vec::new());
+        };
+        let section = serde_json::to_value(section).ok()?;
+        let config: hostpipe_stages::InjectConfig = serde_json::from_value(section).ok()?;
+        Some(
+            config
+                .attachments
+                .into_iter()
+                .filter_map(|a| {
+                    let target = match (a.uri, a.template) {
+                        (Some(uri), None) => hostpipe_core::AttachmentTarget::Uri { uri },
+                        (None, Some(template)) => hostpipe_core::AttachmentTarget::Template {
+                            template,
+                            arguments: a.arguments,
+                        },
+                        _ => return None,
+                    };
+                    Some(hostpipe_core::Attachment {
+                        server: a.server,
+                        target,
+                        scope: hostpipe_core::Scope::Pipeline,
+                    })
+                })
+                .collect(),
+        )
+    }
+
     /// Pipeline ids, sorted.
     pub fn pipeline_ids(&self) -> Vec<&str> {
         self.pipelines.keys().map(String::as_str).collect()

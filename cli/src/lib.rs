@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use hostpipe_core::{Pipeline, Registry, RegistryError};
+use hostpipe_core::{AttachmentStore, MemoryStore, Pipeline, Registry, RegistryError};
 use hostpipe_mcp::McpHost;
 
 /// The registry of every stage and runner linked into this binary.
@@ -34,6 +34,8 @@ pub struct App {
     pub host: Arc<McpHost>,
     /// Pipelines by id.
     pub pipelines: BTreeMap<String, Pipeline>,
+    /// The attachment store, once [`App::open_store`] opened one.
+    pub store: Option<Arc<dyn AttachmentStore>>,
 }
 
 impl App {
@@ -70,7 +72,51 @@ impl App {
             config,
             host,
             pipelines,
+            store: None,
         })
+    }
+
+    /// The store URL in effect: `url` (the `--store` flag or `HOSTPIPE_STORE_URL`), else
+    /// `[store] url`, else `sqlite:` + `hostpipe.db` in [`config::data_dir`].
+    ///
+    /// # Errors
+    /// When the default is needed and there is no data directory.
+    pub fn store_url(&self, url: Option<&str>) -> anyhow::Result<String> {
+        if let Some(url) = url.or(self.config.store.url.as_deref()) {
+            return Ok(url.to_owned());
+        }
+        let dir = config::data_dir()?;
+        Ok(hostpipe_store::sqlite_url(&dir.join("hostpipe.db")))
+    }
+
+    /// Opens the attachment store at [`App::store_url`] (`none`: no store, `memory`: one
+    /// that keeps nothing), gives it to every pipeline, and deletes expired pins and
+    /// history older than `[store] history_retention_days`.
+    ///
+    /// # Errors
+    /// When the store cannot be opened (the message names it).
+    pub async fn open_store(
+        &mut self,
+        url: Option<&str>,
+    ) -> anyhow::Result<Option<Arc<dyn AttachmentStore>>> {
+        let url = self.store_url(url)?;
+        let store: Arc<dyn AttachmentStore> = match url.as_str() {
+            "none" => return Ok(None),
+            "memory" => Arc::new(MemoryStore::new()),
+            url => Arc::new(hostpipe_store::SqlStore::open(url).await?),
+        };
+        let now = hostpipe_core::store::unix_ms_now();
+        let days = self.config.store.history_retention_days;
+        let cut = (days > 0).then(|| now.saturating_sub(i64::from(days) * 86_400_000));
+        if let Err(e) = store.prune(now, cut).await {
+            tracing::warn!(error = %e, "pruning the attachment store failed");
+        }
+        self.pipelines = std::mem::take(&mut self.pipelines)
+            .into_iter()
+            .map(|(id, p)| (id, p.with_store(Arc::clone(&store))))
+            .collect();
+        self.store = Some(Arc::clone(&store));
+        Ok(Some(store))
     }
 
     /// Connects every enabled server (see [`McpHost::connect_all`]).

@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use hostpipe_cli::App;
-use hostpipe_core::{Attachment, McpSource as _, TraceEvent, Turn};
+use hostpipe_core::{
+    ArgumentValue, Attachment, AttachmentTarget, HistoryQuery, McpSource as _, NewPin, PinOwner,
+    TraceEvent, Turn, VariableRef,
+};
 use hostpipe_runners::PreviewReport;
 use hostpipe_stages::convert::{ConvertLimits, Converted, ResourceMeta, convert};
 
@@ -26,6 +29,11 @@ struct Cli {
     /// are all bound to pipeline `default`.
     #[arg(long, global = true, value_name = "FILE")]
     mcp_config: Option<PathBuf>,
+    /// Where pins and the read history live: sqlite:PATH, postgres://USER@HOST/DB,
+    /// `memory` or `none` (default: `[store] url`, else hostpipe.db in the data
+    /// directory, $HOSTPIPE_DATA_DIR or ~/.local/share/hostpipe).
+    #[arg(long, global = true, value_name = "URL", env = "HOSTPIPE_STORE_URL")]
+    store: Option<String>,
     /// More log output on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -119,6 +127,69 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Pin a resource (or a URI template with its arguments) to every turn of a
+    /// conversation or a pipeline, until detached or expired.
+    Attach {
+        #[command(flatten)]
+        owner: OwnerArgs,
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Stop applying after this long: 90s, 30m, 2h, 7d.
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        expires_in: Option<std::time::Duration>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a pin: by server and target (as attached), or by `--id`.
+    Detach {
+        #[command(flatten)]
+        owner: OwnerArgs,
+        /// The pin's id (from `hostpipe attachments`).
+        #[arg(long, conflicts_with_all = ["server", "target", "args", "arg_vars"])]
+        id: Option<String>,
+        #[command(flatten)]
+        target: DetachTarget,
+    },
+    /// The pins of a conversation or a pipeline (a pipeline's also lists those of its
+    /// config).
+    Attachments {
+        #[command(flatten)]
+        owner: OwnerArgs,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The read history: each turn's resource reads with token counts, newest first.
+    History {
+        /// Only this conversation.
+        #[arg(long, value_name = "ID")]
+        conversation: Option<String>,
+        /// Only this pipeline.
+        #[arg(long, value_name = "ID")]
+        pipeline: Option<String>,
+        /// Only this MCP server.
+        #[arg(long, value_name = "NAME")]
+        server: Option<String>,
+        /// Only turns since: an RFC 3339 time (2026-11-30T09:00:00Z) or a duration ago (2h).
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        since: Option<i64>,
+        /// Only turns before: an RFC 3339 time or a duration ago.
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        until: Option<i64>,
+        /// Only failed reads.
+        #[arg(long)]
+        errors: bool,
+        /// Most records shown.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Records skipped first.
+        #[arg(long, default_value_t = 0)]
+        offset: u32,
+        /// JSON output (one array of records).
+        #[arg(long)]
+        json: bool,
+    },
     /// Registered stages and runners.
     Plugins,
     /// Time the resource-injection path against one stdio MCP server; prints one JSON
@@ -146,6 +217,76 @@ enum Command {
     },
     /// Serve the embedded demo MCP server on stdio.
     DemoServer,
+}
+
+/// Whose pins: exactly one of `--conversation` and `--pipeline`.
+#[derive(clap::Args)]
+#[group(required = true, multiple = false)]
+struct OwnerArgs {
+    /// The conversation id (as the platform sends it in the turn).
+    #[arg(long, value_name = "ID")]
+    conversation: Option<String>,
+    /// The pipeline id.
+    #[arg(long, value_name = "ID")]
+    pipeline: Option<String>,
+}
+
+impl OwnerArgs {
+    fn owner(&self) -> PinOwner {
+        match (&self.conversation, &self.pipeline) {
+            (Some(c), _) => PinOwner::Conversation(c.clone()),
+            (None, Some(p)) => PinOwner::Pipeline(p.clone()),
+            // clap's group makes one of them required.
+            (None, None) => PinOwner::Pipeline(String::new()),
+        }
+    }
+}
+
+/// A server and a URI or URI template.
+#[derive(clap::Args)]
+struct TargetArgs {
+    /// MCP server name.
+    server: String,
+    /// A resource URI, or an RFC 6570 URI template (`demo://docs/{topic}`) whose
+    /// variables come from --arg and --arg-var.
+    target: String,
+    /// A template argument (repeatable).
+    #[arg(long = "arg", value_name = "KEY=VALUE", value_parser = parse_var)]
+    args: Vec<(String, String)>,
+    /// A template argument taken from the turn variable NAME on each turn (repeatable).
+    #[arg(long = "arg-var", value_name = "KEY=NAME", value_parser = parse_var)]
+    arg_vars: Vec<(String, String)>,
+}
+
+/// [`TargetArgs`], optional (for `detach --id`).
+#[derive(clap::Args)]
+struct DetachTarget {
+    /// MCP server name.
+    #[arg(required_unless_present = "id")]
+    server: Option<String>,
+    /// The URI or URI template, as attached.
+    #[arg(required_unless_present = "id")]
+    target: Option<String>,
+    /// A template argument, as attached (repeatable).
+    #[arg(long = "arg", value_name = "KEY=VALUE", value_parser = parse_var)]
+    args: Vec<(String, String)>,
+    /// A template argument from a turn variable, as attached (repeatable).
+    #[arg(long = "arg-var", value_name = "KEY=NAME", value_parser = parse_var)]
+    arg_vars: Vec<(String, String)>,
+}
+
+/// A time for `--since`/`--until`: RFC 3339, or a duration ago. Unix ms.
+fn parse_time(s: &str) -> Result<i64, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.timestamp_millis());
+    }
+    match humantime::parse_duration(s) {
+        Ok(d) => Ok(hostpipe_core::store::unix_ms_now()
+            .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))),
+        Err(_) => Err(format!(
+            "`{s}` is neither an RFC 3339 time (2026-11-30T09:00:00Z) nor a duration (2h, 30m)"
+        )),
+    }
 }
 
 fn parse_var(s: &str) -> Result<(String, String), String> {
@@ -265,11 +406,29 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         _ => None,
     };
-    let app = App::load_with(
+    let mut app = App::load_with(
         cli.config.as_deref(),
         cli.mcp_config.as_deref(),
         runner.as_ref().map(|(r, s)| (r.as_str(), s.as_slice())),
     )?;
+    let pins_or_history = matches!(
+        &cli.command,
+        Command::Attach { .. }
+            | Command::Detach { .. }
+            | Command::Attachments { .. }
+            | Command::History { .. }
+    );
+    if matches!(&cli.command, Command::Run { .. }) {
+        // A turn goes on without pins or history when the store cannot be opened.
+        if let Err(e) = app.open_store(cli.store.as_deref()).await {
+            eprintln!(
+                "warning: {e:#}; the turn goes on without pinned attachments and its reads are not recorded"
+            );
+        }
+    } else if pins_or_history && app.open_store(cli.store.as_deref()).await?.is_none() {
+        bail!("there is no attachment store (--store none): pins and history need one");
+    }
+    let app = app;
     let work = async {
         let needed = needed_servers(&app, &cli.command);
         app.host.connect_only(needed.as_deref()).await;
@@ -292,6 +451,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 /// does not hold up a command that does not use it.
 fn needed_servers(app: &App, command: &Command) -> Option<Vec<String>> {
     match command {
+        Command::Attach { .. }
+        | Command::Detach { .. }
+        | Command::Attachments { .. }
+        | Command::History { .. } => Some(Vec::new()),
         Command::Resources { server, .. }
         | Command::Prompts { server, .. }
         | Command::Complete { server, .. }
@@ -641,8 +804,288 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Attach {
+            owner,
+            target,
+            expires_in,
+            json,
+        } => {
+            let owner = owner.owner();
+            check_server(app, &target.server)?;
+            let pin_target = attachment_target(&target.target, &target.args, &target.arg_vars)?;
+            let expires_at_ms = expires_in.map(|d| {
+                hostpipe_core::store::unix_ms_now()
+                    .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            });
+            let pin = store(app)?
+                .pin(NewPin {
+                    owner: owner.clone(),
+                    server: target.server.clone(),
+                    target: pin_target,
+                    expires_at_ms,
+                })
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&pin)?);
+            } else {
+                println!(
+                    "pinned {} from `{}` to {owner}{} (id {})",
+                    describe_target(&pin.target),
+                    pin.server,
+                    pin.expires_at_ms
+                        .map(|t| format!(" until {}", format_time(t)))
+                        .unwrap_or_default(),
+                    pin.id
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Detach { owner, id, target } => {
+            let owner = owner.owner();
+            let store = store(app)?;
+            let (removed, what) = match (id, target.server, target.target) {
+                (Some(id), _, _) => (store.unpin_id(&owner, &id).await?, format!("pin {id}")),
+                (None, Some(server), Some(t)) => {
+                    let t = attachment_target(&t, &target.args, &target.arg_vars)?;
+                    let what = format!("{} from `{server}`", describe_target(&t));
+                    (store.unpin(&owner, &server, &t).await?, what)
+                }
+                _ => bail!("give SERVER and TARGET, or --id ID"),
+            };
+            if removed {
+                println!("detached {what} from {owner}");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!(
+                    "error: {owner} has no {what} (see `hostpipe attachments --{} {}`)",
+                    owner.scope().as_str(),
+                    owner.id()
+                );
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        Command::Attachments { owner, json } => {
+            let owner = owner.owner();
+            let pins = store(app)?
+                .pins(
+                    std::slice::from_ref(&owner),
+                    hostpipe_core::store::unix_ms_now(),
+                )
+                .await?;
+            // A pipeline's config attachments apply too; list them.
+            let configured: Vec<Attachment> = match &owner {
+                PinOwner::Pipeline(id) => app.config.pipeline_attachments(id).unwrap_or_default(),
+                PinOwner::Conversation(_) => Vec::new(),
+            };
+            if json {
+                let doc = serde_json::json!({ "pins": pins, "configured": configured });
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            if pins.is_empty() && configured.is_empty() {
+                println!("{owner} has no attachments");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut table = new_table(["id", "server", "resource", "pinned", "expires"]);
+            for p in &pins {
+                table.add_row([
+                    p.id.clone(),
+                    p.server.clone(),
+                    describe_target(&p.target),
+                    format_time(p.created_at_ms),
+                    p.expires_at_ms.map_or_else(|| "never".into(), format_time),
+                ]);
+            }
+            for a in &configured {
+                table.add_row([
+                    "(config)".into(),
+                    a.server.clone(),
+                    describe_target(&a.target),
+                    "-".into(),
+                    "never".into(),
+                ]);
+            }
+            println!("{table}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::History {
+            conversation,
+            pipeline,
+            server,
+            since,
+            until,
+            errors,
+            limit,
+            offset,
+            json,
+        } => {
+            let query = HistoryQuery {
+                conversation,
+                pipeline,
+                server,
+                since_ms: since,
+                until_ms: until,
+                errors_only: errors,
+                limit,
+                offset,
+            };
+            let records = store(app)?.history(&query).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&records)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            if records.is_empty() {
+                println!("no reads match");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut table = new_table([
+                "time",
+                "turn",
+                "conversation",
+                "pipeline",
+                "server",
+                "resource",
+                "scope",
+                "bytes",
+                "tokens",
+                "treatment",
+                "ms",
+                "error",
+            ]);
+            for r in &records {
+                let read = &r.read;
+                table.add_row([
+                    format_time(r.at_ms),
+                    // The UUID v7's last 8 hex digits: random, so they tell turns apart.
+                    r.turn_id[r.turn_id.len().saturating_sub(8)..].to_owned(),
+                    r.conversation.clone().unwrap_or_else(|| "-".into()),
+                    r.pipeline.clone(),
+                    read.server.clone(),
+                    read.uri.clone(),
+                    read.scope.as_str().to_owned(),
+                    read.bytes.to_string(),
+                    format!(
+                        "{}{} → {}",
+                        if read.tokens_estimated { "~" } else { "" },
+                        read.tokens_before,
+                        read.tokens_after
+                    ),
+                    hostpipe_runners::render::treatment_label(&read.treatment),
+                    read.elapsed_ms.to_string(),
+                    read.error.clone().unwrap_or_default(),
+                ]);
+            }
+            println!("{table}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Plugins | Command::DemoServer | Command::Bench { .. } => {
             unreachable!("handled before the app starts")
         }
     }
+}
+
+fn store(app: &App) -> anyhow::Result<&dyn hostpipe_core::AttachmentStore> {
+    app.store
+        .as_deref()
+        .context("there is no attachment store (--store none)")
+}
+
+fn check_server(app: &App, server: &str) -> anyhow::Result<()> {
+    let configured: Vec<String> = app.host.servers().into_iter().map(|s| s.name).collect();
+    if !configured.iter().any(|s| s == server) {
+        bail!(
+            "unknown MCP server `{server}`; configured servers: {}",
+            configured.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// A URI, or (when `target` has a `{`) an RFC 6570 template with every variable given.
+fn attachment_target(
+    target: &str,
+    args: &[(String, String)],
+    arg_vars: &[(String, String)],
+) -> anyhow::Result<AttachmentTarget> {
+    if !target.contains('{') {
+        if !args.is_empty() || !arg_vars.is_empty() {
+            bail!("--arg and --arg-var are for a URI template (`{target}` has no {{variable}})");
+        }
+        if !target.contains(':') {
+            bail!("`{target}` is not a URI (no scheme, e.g. demo://docs/handbook.md)");
+        }
+        return Ok(AttachmentTarget::Uri { uri: target.into() });
+    }
+    let variables = hostpipe_stages::uri_template::variables(target)
+        .map_err(|e| anyhow::anyhow!("URI template `{target}`: {e}"))?;
+    let mut arguments = std::collections::BTreeMap::new();
+    for (k, v) in args {
+        arguments.insert(k.clone(), ArgumentValue::Literal(v.clone()));
+    }
+    for (k, var) in arg_vars {
+        arguments.insert(
+            k.clone(),
+            ArgumentValue::Variable(VariableRef {
+                var: var.clone(),
+                default: None,
+            }),
+        );
+    }
+    if let Some(unknown) = arguments.keys().find(|k| !variables.contains(k)) {
+        bail!(
+            "URI template `{target}` has no variable `{unknown}`; its variables: {}",
+            variables.join(", ")
+        );
+    }
+    let missing: Vec<&String> = variables
+        .iter()
+        .filter(|v| !arguments.contains_key(*v))
+        .collect();
+    if let Some(first) = missing.first() {
+        bail!(
+            "URI template `{target}` needs `{first}`: give --arg {first}=VALUE, or --arg-var {first}=NAME to take turn variable NAME"
+        );
+    }
+    Ok(AttachmentTarget::Template {
+        template: target.into(),
+        arguments,
+    })
+}
+
+/// `uri`, or `template (k=v, k=${var})`.
+fn describe_target(target: &AttachmentTarget) -> String {
+    match target {
+        AttachmentTarget::Uri { uri } => uri.clone(),
+        AttachmentTarget::Template {
+            template,
+            arguments,
+        } => {
+            let args: Vec<String> = arguments
+                .iter()
+                .map(|(k, v)| match v {
+                    ArgumentValue::Literal(s) => format!("{k}={s}"),
+                    ArgumentValue::Variable(r) => format!("{k}=${{{}}}", r.var),
+                })
+                .collect();
+            format!("{template} ({})", args.join(", "))
+        }
+        AttachmentTarget::Embedded { contents } => format!("{} (embedded)", contents.uri()),
+    }
+}
+
+/// `2026-11-30 15:04:05Z` (UTC, second precision).
+fn format_time(unix_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(unix_ms).map_or_else(
+        || unix_ms.to_string(),
+        |t| t.format("%Y-%m-%d %H:%M:%SZ").to_string(),
+    )
+}
+
+fn new_table<const N: usize>(header: [&str; N]) -> comfy_table::Table {
+    let mut table = comfy_table::Table::new();
+    table
+        .load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+        .set_header(header);
+    table
 }

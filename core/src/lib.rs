@@ -26,6 +26,7 @@ pub mod registry;
 pub mod run;
 pub mod source;
 pub mod stage;
+pub mod store;
 pub mod summarize;
 pub mod tokens;
 pub mod tool;
@@ -51,6 +52,10 @@ pub use source::{
     ServerCapabilities, ServerInfo, ServerStatus, Tool, ToolCallResult, ToolContent,
 };
 pub use stage::{Stage, StageOutcome};
+pub use store::{
+    AttachmentStore, HistoryQuery, InjectionRecord, MemoryStore, NewPin, Pin, PinOwner, Pruned,
+    StoreError,
+};
 pub use summarize::{SummarizeError, Summarizer};
 pub use tokens::{Encoding, Tokenizer, Truncation};
 pub use tool::{ToolError, ToolExecutor, ToolOrigin, ToolSpec};

@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::model::ModelProfile;
 use crate::run::{RunReply, RunRequest, Runner, collect_reply};
 use crate::stage::{Stage, StageOutcome};
+use crate::store::{AttachmentStore, InjectionRecord, PinOwner};
 use crate::trace::{Trace, TraceEvent};
 use crate::turn::Turn;
 
@@ -35,6 +36,7 @@ pub struct Pipeline {
     model: Arc<ModelProfile>,
     system_prompt: Option<String>,
     turn_timeout: Option<Duration>,
+    store: Option<Arc<dyn AttachmentStore>>,
 }
 
 /// How a turn ended.
@@ -91,7 +93,30 @@ impl Pipeline {
             model,
             system_prompt,
             turn_timeout: Some(Self::DEFAULT_TURN_TIMEOUT),
+            store: None,
         }
+    }
+
+    /// How long the pipeline waits on one [`AttachmentStore`] call: 5 s.
+    pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Gives the pipeline an attachment store. Before the stages run, each turn then
+    /// gets the live pins of its pipeline and of its conversation (if it has one) added
+    /// to [`Turn::attachments`], at pipeline and conversation scope; after them, every
+    /// [`TraceEvent::ResourceRead`] of the turn is written to the store's history.
+    ///
+    /// A store that fails or takes longer than [`Pipeline::STORE_TIMEOUT`] does not stop
+    /// the turn: it goes on without the pins, or without its history written, and the
+    /// trace has a warning saying which.
+    #[must_use]
+    pub fn with_store(mut self, store: Arc<dyn AttachmentStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The attachment store, if the pipeline has one.
+    pub fn store(&self) -> Option<&Arc<dyn AttachmentStore>> {
+        self.store.as_ref()
     }
 
     /// The turn timeout of [`Pipeline::new`]: 60 s.
@@ -136,12 +161,88 @@ impl Pipeline {
         if turn.system_prompt.is_none() {
             turn.system_prompt.clone_from(&self.system_prompt);
         }
+        self.load_pins(&mut turn).await;
+        let prepared = self.run_stages(&mut turn).await;
+        match prepared {
+            Prepared::Request(request, mut trace) => {
+                self.record_reads(&turn.ids, &mut trace).await;
+                Prepared::Request(request, trace)
+            }
+            Prepared::Ended(mut outcome) => {
+                self.record_reads(&turn.ids, &mut outcome.trace).await;
+                Prepared::Ended(outcome)
+            }
+        }
+    }
+
+    /// Adds the live pins of the turn's pipeline and conversation to its attachments.
+    async fn load_pins(&self, turn: &mut Turn) {
+        let Some(store) = &self.store else { return };
+        let mut owners = vec![PinOwner::Pipeline(self.id.clone())];
+        owners.extend(turn.ids.conversation.clone().map(PinOwner::Conversation));
+        let now = crate::store::unix_ms_now();
+        let result = tokio::time::timeout(Self::STORE_TIMEOUT, store.pins(&owners, now)).await;
+        match result {
+            Ok(Ok(pins)) => {
+                turn.attachments
+                    .extend(pins.iter().map(crate::store::Pin::attachment));
+            }
+            Ok(Err(e)) => turn.trace.warn(format!(
+                "the pinned attachments were not loaded, the turn goes on without them: {e}"
+            )),
+            Err(_) => turn.trace.warn(format!(
+                "the pinned attachments were not loaded, the turn goes on without them: attachment store {} did not answer within {} ms",
+                store.describe(),
+                Self::STORE_TIMEOUT.as_millis()
+            )),
+        }
+    }
+
+    /// Writes the turn's resource reads to the store's history.
+    async fn record_reads(&self, ids: &crate::turn::TurnIds, trace: &mut Trace) {
+        let Some(store) = &self.store else { return };
+        let records: Vec<InjectionRecord> = trace
+            .reads()
+            .enumerate()
+            .map(|(seq, read)| InjectionRecord {
+                turn_id: trace.turn_id().to_owned(),
+                seq: u32::try_from(seq).unwrap_or(u32::MAX),
+                at_ms: trace.started_at_ms(),
+                pipeline: self.id.clone(),
+                conversation: ids.conversation.clone(),
+                message: Some(ids.message.clone()).filter(|m| !m.is_empty()),
+                read: read.clone(),
+            })
+            .collect();
+        if records.is_empty() {
+            return;
+        }
+        let result = tokio::time::timeout(Self::STORE_TIMEOUT, store.record(&records)).await;
+        let error = match result {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "attachment store {} did not answer within {} ms",
+                store.describe(),
+                Self::STORE_TIMEOUT.as_millis()
+            ),
+        };
+        tracing::warn!(turn = trace.turn_id(), error = %error, "read history not written");
+        let n = records.len();
+        trace.warn(format!(
+            "the read history of this turn ({n} read{}) was not written: {error}",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+
+    /// Runs the stages over `turn`; the trace is taken out of it, the ids stay.
+    async fn run_stages(&self, turn: &mut Turn) -> Prepared {
         for s in &self.stages {
             let started = Instant::now();
             turn.trace.record(TraceEvent::StageStarted {
                 stage: s.name.clone(),
             });
-            let result = s.stage.process(&mut turn).await;
+            let result = s.stage.process(turn).await;
             let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let (outcome, end) = match result {
                 Ok(StageOutcome::Continue) => ("continue", None),
@@ -171,7 +272,7 @@ impl Pipeline {
                 });
             }
         }
-        let request = RunRequest::from_turn(&mut turn);
+        let request = RunRequest::from_turn(turn);
         Prepared::Request(request, std::mem::take(&mut turn.trace))
     }
 
@@ -208,6 +309,7 @@ impl Pipeline {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use async_trait::async_trait;
 
@@ -262,6 +364,162 @@ mod tests {
             Arc::new(ModelProfile::default()),
             Some("sys".into()),
         )
+    }
+
+    /// Records one read per attachment it finds, with the attachment's scope.
+    struct ReadAll;
+    #[async_trait]
+    impl Stage for ReadAll {
+        async fn process(&self, turn: &mut Turn) -> Result<StageOutcome, StageError> {
+            for a in turn.attachments.clone() {
+                let uri = match &a.target {
+                    crate::AttachmentTarget::Uri { uri } => uri.clone(),
+                    _ => String::new(),
+                };
+                turn.trace
+                    .record(TraceEvent::ResourceRead(crate::trace::ReadRecord {
+                        server: a.server,
+                        uri,
+                        mime_type: None,
+                        scope: a.scope,
+                        bytes: 10,
+                        tokens_before: 5,
+                        tokens_estimated: false,
+                        tokens_after: 4,
+                        treatment: crate::Treatment::Whole,
+                        elapsed_ms: 1,
+                        cache_hit: false,
+                        error: None,
+                    }));
+            }
+            Ok(StageOutcome::Continue)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_adds_the_pins_and_keeps_the_reads() {
+        use crate::store::{AttachmentStore as _, MemoryStore, NewPin};
+        let store = Arc::new(MemoryStore::new());
+        for (owner, uri) in [
+            (PinOwner::Pipeline("p".into()), "kb://p"),
+            (PinOwner::Conversation("c".into()), "kb://c"),
+            (PinOwner::Conversation("other".into()), "kb://other"),
+        ] {
+            store
+                .pin(NewPin {
+                    owner,
+                    server: "kb".into(),
+                    target: crate::AttachmentTarget::Uri { uri: uri.into() },
+                    expires_at_ms: None,
+                })
+                .await
+                .unwrap();
+        }
+        let p = pipeline(vec![("read", Box::new(ReadAll))]).with_store(store.clone());
+        let mut turn = Turn::new("p", "x");
+        turn.ids.conversation = Some("c".into());
+        turn.ids.message = "m-1".into();
+        turn.attachments
+            .push(crate::Attachment::message_uri("kb", "kb://m"));
+        let out = p.run_turn(turn).await;
+        assert!(!out.failed, "{}", out.reply);
+        let history = store
+            .history(&crate::HistoryQuery::default())
+            .await
+            .unwrap();
+        let got: Vec<(&str, crate::Scope, u32)> = history
+            .iter()
+            .map(|r| (r.read.uri.as_str(), r.read.scope, r.seq))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("kb://m", crate::Scope::Message, 0),
+                ("kb://p", crate::Scope::Pipeline, 1),
+                ("kb://c", crate::Scope::Conversation, 2),
+            ]
+        );
+        for r in &history {
+            assert_eq!(r.turn_id, out.trace.turn_id());
+            assert_eq!(r.at_ms, out.trace.started_at_ms());
+            assert_eq!(
+                (
+                    r.pipeline.as_str(),
+                    r.conversation.as_deref(),
+                    r.message.as_deref()
+                ),
+                ("p", Some("c"), Some("m-1"))
+            );
+        }
+        // A turn without a conversation gets the pipeline's pins only.
+        let out = p.run_turn(Turn::new("p", "y")).await;
+        let reads: Vec<&str> = out.trace.reads().map(|r| r.uri.as_str()).collect();
+        assert_eq!(reads, ["kb://p"]);
+    }
+
+    /// A store whose every call fails.
+    struct Broken;
+    #[async_trait]
+    impl AttachmentStore for Broken {
+        fn describe(&self) -> String {
+            "broken".into()
+        }
+        async fn pin(&self, _: crate::NewPin) -> Result<crate::Pin, crate::StoreError> {
+            Err(crate::StoreError::invalid("down"))
+        }
+        async fn unpin(
+            &self,
+            _: &PinOwner,
+            _: &str,
+            _: &crate::AttachmentTarget,
+        ) -> Result<bool, crate::StoreError> {
+            Err(crate::StoreError::invalid("down"))
+        }
+        async fn unpin_id(&self, _: &PinOwner, _: &str) -> Result<bool, crate::StoreError> {
+            Err(crate::StoreError::invalid("down"))
+        }
+        async fn pins(&self, _: &[PinOwner], _: i64) -> Result<Vec<crate::Pin>, crate::StoreError> {
+            Err(crate::StoreError::invalid("down"))
+        }
+        async fn record(&self, _: &[InjectionRecord]) -> Result<(), crate::StoreError> {
+            Err(crate::StoreError::invalid("down"))
+        }
+        async fn history(
+            &self,
+            _: &crate::HistoryQuery,
+        ) -> Result<Vec<InjectionRecord>, crate::StoreError> {
+            Err(crate::StoreError::invalid("down"))
+        }
+        async fn prune(&self, _: i64, _: Option<i64>) -> Result<crate::Pruned, crate::StoreError> {
+            Err(crate::StoreError::invalid("down"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_store_leaves_the_turn_going_with_warnings() {
+        let p = pipeline(vec![("read", Box::new(ReadAll))]).with_store(Arc::new(Broken));
+        let mut turn = Turn::new("p", "x");
+        turn.attachments
+            .push(crate::Attachment::message_uri("kb", "kb://m"));
+        let out = p.run_turn(turn).await;
+        assert!(!out.failed);
+        assert_eq!(out.reply, "x");
+        let warnings: Vec<&str> = out
+            .trace
+            .records()
+            .iter()
+            .filter_map(|r| match &r.event {
+                TraceEvent::Warning { message } => Some(message.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            warnings,
+            [
+                "the pinned attachments were not loaded, the turn goes on without them: down",
+                "the read history of this turn (1 read) was not written: down",
+            ]
+        );
     }
 
     #[tokio::test]

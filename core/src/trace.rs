@@ -107,6 +107,8 @@ pub struct TraceRecord {
 /// The trace of one turn, in the order events were recorded.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Trace {
+    turn_id: String,
+    started_at_ms: i64,
     #[serde(skip, default = "Instant::now")]
     started: Instant,
     records: Vec<TraceRecord>,
@@ -115,6 +117,8 @@ pub struct Trace {
 impl Default for Trace {
     fn default() -> Self {
         Self {
+            turn_id: uuid::Uuid::now_v7().to_string(),
+            started_at_ms: crate::store::unix_ms_now(),
             started: Instant::now(),
             records: Vec::new(),
         }
@@ -122,9 +126,20 @@ impl Default for Trace {
 }
 
 impl Trace {
-    /// An empty trace starting now.
+    /// An empty trace starting now, with a new turn id.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The turn's id: a UUID v7 made when the trace was, so ids sort by time. The read
+    /// history ([`InjectionRecord::turn_id`](crate::InjectionRecord::turn_id)) keys on it.
+    pub fn turn_id(&self) -> &str {
+        &self.turn_id
+    }
+
+    /// When the turn started (Unix ms).
+    pub fn started_at_ms(&self) -> i64 {
+        self.started_at_ms
     }
 
     /// Records `event`, and logs it through `tracing` at DEBUG (the trace is the record;

@@ -587,17 +587,40 @@ impl Stage for ResourceContextInjection {
             .collect();
         // Narrower scope first, so a resource attached twice keeps its narrowest scope.
         all.sort_by_key(|(a, _)| std::cmp::Reverse(a.scope));
+        let mut attached: Vec<(String, String, Scope)> = Vec::new();
         for (a, strategy) in all {
             let Resolved { source, uri } = resolve(turn, a);
+            if let Ok(u) = &uri {
+                attached.push((source.server.clone(), u.clone(), source.scope));
+            }
             if let Ok(u) = &uri
-                && planned.iter().any(|p| {
+                && let Some(kept) = planned.iter().find(|p| {
                     p.source.server == source.server && p.uri.as_ref().is_ok_and(|o| o == u)
                 })
             {
-                turn.trace.warn(format!(
-                    "{u} from `{}` is attached more than once; read once",
-                    source.server
-                ));
+                // The same resource at two scopes (a pin that repeats the pipeline's
+                // config, a mention of a pinned resource) is expected; twice at one
+                // scope is a mistake worth a warning.
+                let twice_here = attached
+                    .iter()
+                    .filter(|(s, o, sc)| s == &source.server && o == u && *sc == source.scope)
+                    .count()
+                    > 1;
+                if twice_here {
+                    turn.trace.warn(format!(
+                        "{u} from `{}` is attached more than once at {} scope; read once",
+                        source.server,
+                        source.scope.as_str()
+                    ));
+                } else {
+                    turn.trace.note(format!(
+                        "{u} from `{}` is attached at {} and {} scope; read once, at {} scope",
+                        source.server,
+                        kept.source.scope.as_str(),
+                        source.scope.as_str(),
+                        kept.source.scope.as_str()
+                    ));
+                }
                 continue;
             }
             let embedded = match &a.target {

@@ -2,14 +2,14 @@
 
 use std::process::Command;
 
-use hostpipe_tests::{hostpipe_bin, root};
+use hostpipe_tests::{hostpipe_bin, hostpipe_command, root};
 
 fn hostpipe(args: &[&str]) -> (bool, String, String) {
     hostpipe_in(&root(), args)
 }
 
 fn hostpipe_in(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(hostpipe_bin())
+    let out = hostpipe_command()
         .args(args)
         .current_dir(dir)
         .env_remove("HOSTPIPE_LOG")
@@ -159,7 +159,7 @@ fn sigterm_stops_the_stdio_servers_too() {
                 .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == marker.as_bytes()))
         })
     };
-    let mut child = Command::new(hostpipe_bin())
+    let mut child = hostpipe_command()
         .args(["--config", path.to_str().unwrap(), "run", "hi"])
         .spawn()
         .unwrap();
@@ -212,7 +212,7 @@ fn prompts_are_listed_and_run_as_commands() {
         stderr.contains("note: expanded `/demo:summarize_doc`"),
         "{stderr}"
     );
-    let out = Command::new(hostpipe_bin())
+    let out = hostpipe_command()
         .args(["run", "/demo:summarize_doc"])
         .current_dir(root())
         .output()
@@ -263,7 +263,7 @@ servers = ["demo"]
     );
     let _ = std::fs::remove_dir_all(&dir);
 
-    let out = Command::new(hostpipe_bin())
+    let out = hostpipe_command()
         .args(["run", "--runner", "nosuch", "hi"])
         .output()
         .unwrap();
@@ -275,7 +275,7 @@ servers = ["demo"]
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = Command::new(hostpipe_bin())
+    let out = hostpipe_command()
         .args(["run", "--model", "x", "hi"])
         .output()
         .unwrap();

@@ -23,6 +23,10 @@ fn build(toml: &str) -> Result<(), String> {
 fn bad_configs_are_refused_with_file_and_key() {
     let cases = [
         (
+            "[store]\nurll = \"sqlite:x.db\"",
+            "bad.toml: store.urll: unknown field `urll`, expected `url` or `history_retention_days` (line 2, column 1)",
+        ),
+        (
             "[pipelines.default]\nstages = [\"bind_mcp_servers\", \"nope\"]",
             "bad.toml: pipelines.default.stages[1]: unknown stage `nope`; known stages: bind_mcp_servers, prompt_expansion, resource_mentions, resource_context_injection, redact_pii, tool_assembly",
         ),
@@ -64,7 +68,7 @@ fn bad_configs_are_refused_with_file_and_key() {
         ),
         (
             "[pipeline.default]",
-            "bad.toml: pipeline: unknown field `pipeline`, expected one of `model`, `host`, `mcp_servers`, `summarizers`, `pipelines` (line 1, column 2)",
+            "bad.toml: pipeline: unknown field `pipeline`, expected one of `model`, `host`, `store`, `mcp_servers`, `summarizers`, `pipelines` (line 1, column 2)",
         ),
     ];
     for (toml, expected) in cases {

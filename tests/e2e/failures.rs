@@ -221,7 +221,13 @@ attachments = [
 ]
 "#,
     );
-    let (request, trace) = prepare(&p, Turn::new("default", "hi")).await;
+    let mut turn = Turn::new("default", "hi");
+    turn.attachments
+        .push(hostpipe_core::Attachment::message_uri(
+            "demo",
+            "demo://docs/handbook.md",
+        ));
+    let (request, trace) = prepare(&p, turn).await;
     let budget = request.context_budget.unwrap();
     assert!(budget < 1000, "{budget}");
     assert_eq!(
@@ -248,8 +254,16 @@ attachments = [
     );
     assert_eq!(
         warnings[1],
-        "demo://docs/handbook.md from `demo` is attached more than once; read once"
+        "demo://docs/handbook.md from `demo` is attached more than once at pipeline scope; read once"
     );
+    // The message attachment of the same resource was kept (the narrowest scope wins);
+    // the pipeline's copies only got a note.
+    assert_eq!(
+        request.context[0].source.scope,
+        hostpipe_core::Scope::Message
+    );
+    assert!(trace.records().iter().any(|r| matches!(&r.event, TraceEvent::Note { message }
+        if message == "demo://docs/handbook.md from `demo` is attached at message and pipeline scope; read once, at message scope")));
     assert_eq!(
         warnings[2],
         "demo://docs/handbook from `demo` has the same text as demo://docs/handbook.md; injected once"

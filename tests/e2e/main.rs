@@ -20,6 +20,7 @@ mod prompts;
 mod python;
 mod registry;
 mod runners;
+mod store;
 mod summarizer;
 
 use std::sync::Arc;

@@ -371,7 +371,7 @@ fn the_stand_in_rejects_requests_that_break_the_reference() {
 #[tokio::test]
 async fn the_cli_runs_the_local_runner_without_a_config_file() {
     let (server, api) = endpoint(vec![answer("Hi from the model.")]).await;
-    let out = tokio::process::Command::new(hostpipe_tests::hostpipe_bin())
+    let out = tokio::process::Command::from(hostpipe_tests::hostpipe_command())
         .args([
             "run",
             "--runner",

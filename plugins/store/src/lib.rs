@@ -1,0 +1,619 @@
+//! hostpipe's [`AttachmentStore`] on SQL, through sqlx: SQLite (the embedded default, one
+//! file in the data directory) and PostgreSQL (for platforms that run many workers on
+//! one database). One implementation, [`SqlStore`], serves both.
+//!
+//! The schema (`migrations/`) is created and migrated on first use; the applied
+//! versions are kept in `hostpipe_migrations`, and every table is prefixed `hostpipe_`,
+//! so a database shared with the platform's own tables is safe. Several processes may
+//! open one store at once: SQLite runs in WAL mode with a 5 s busy timeout, and
+//! PostgreSQL migrations take an advisory lock.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), hostpipe_core::StoreError> {
+//! use hostpipe_core::{AttachmentStore as _, AttachmentTarget, NewPin, PinOwner};
+//!
+//! let store = hostpipe_store::SqlStore::open("sqlite:/var/lib/hostpipe/hostpipe.db").await?;
+//! store
+//!     .pin(NewPin {
+//!         owner: PinOwner::Conversation("chat-42".into()),
+//!         server: "kb".into(),
+//!         target: AttachmentTarget::Uri { uri: "kb://tickets/1234".into() },
+//!         expires_at_ms: None,
+//!     })
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hostpipe_core::store::{new_pin_id, unix_ms_now};
+use hostpipe_core::{
+    ArgumentValue, AttachmentStore, AttachmentTarget, HistoryQuery, InjectionRecord, NewPin, Pin,
+    PinOwner, Pruned, ReadRecord, Scope, StoreError,
+};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{AnyPool, AssertSqlSafe, Executor as _, Row as _, SqlSafeStr as _};
+
+/// The schema migrations, in order. Never edit one that has shipped: add the next.
+const MIGRATIONS: [(i64, &str, &str); 1] = [(
+    1,
+    "pins and read history",
+    include_str!("../migrations/0001_pins_and_reads.sql"),
+)];
+
+/// The table that records applied migrations (not sqlx's default `_sqlx_migrations`,
+/// which the platform's own migrations may use in a shared database).
+const MIGRATIONS_TABLE: &str = "hostpipe_migrations";
+
+/// Which database a [`SqlStore`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// SQLite (bundled; no server).
+    Sqlite,
+    /// PostgreSQL (version 12 or later).
+    Postgres,
+}
+
+/// An [`AttachmentStore`] on SQLite or PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    backend: Backend,
+    described: String,
+    timeout: Duration,
+}
+
+/// How long one store operation may take by default (pool wait included): 5 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl SqlStore {
+    /// Opens (creating and migrating on first use) the store at `url`:
+    /// - `sqlite:PATH` or `sqlite://PATH` — a file, created with its directory if
+    ///   missing (`sqlite::memory:` is an in-memory database);
+    /// - `postgres://USER:PASSWORD@HOST:PORT/DATABASE` (or `postgresql://`), with the
+    ///   query parameters sqlx's PostgreSQL driver takes (`sslmode`, …).
+    ///
+    /// # Errors
+    /// [`StoreError::Open`]: an unknown scheme, a directory that cannot be created, a
+    /// server that cannot be reached within 5 s, a failed migration, or a database
+    /// migrated by a newer hostpipe.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let (backend, url) = normalize_url(url)?;
+        let described = describe_url(&url);
+        let open_err = |message: String| StoreError::Open {
+            store: described.clone(),
+            message,
+        };
+        sqlx::any::install_default_drivers();
+        let options = AnyConnectOptions::from_str(&url).map_err(|e| open_err(e.to_string()))?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(match backend {
+                Backend::Sqlite => 4,
+                Backend::Postgres => 8,
+            })
+            .acquire_timeout(DEFAULT_TIMEOUT)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // WAL: readers never wait for the writer, so a running bot and
+                        // `hostpipe history` in another process do not block each other.
+                        conn.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await
+            .map_err(|e| open_err(error_text(&e)))?;
+        let mut migrator = Migrator::with_migrations(
+            MIGRATIONS
+                .iter()
+                .map(|(version, description, sql)| {
+                    Migration::new(
+                        *version,
+                        Cow::Borrowed(*description),
+                        MigrationType::Simple,
+                        sql.into_sql_str(),
+                        false,
+                    )
+                })
+                .collect(),
+        );
+        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        tokio::time::timeout(Duration::from_secs(30), migrator.run(&pool))
+            .await
+            .map_err(|_| open_err("the schema migration did not finish within 30 s".into()))?
+            .map_err(|e| open_err(format!("schema migration failed: {e}")))?;
+        Ok(Self {
+            pool,
+            backend,
+            described,
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Opens the SQLite store in file `path` (see [`SqlStore::open`]).
+    ///
+    /// # Errors
+    /// As [`SqlStore::open`].
+    pub async fn open_sqlite(path: &Path) -> Result<Self, StoreError> {
+        Self::open(&sqlite_url(path)).await
+    }
+
+    /// Sets how long one operation may take (default [`DEFAULT_TIMEOUT`]).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Closes every connection (waits for those in use).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    fn db_err(&self, operation: &'static str, e: &sqlx::Error) -> StoreError {
+        StoreError::Database {
+            store: self.described.clone(),
+            operation,
+            message: error_text(e),
+        }
+    }
+
+    /// Runs `work` under the store's timeout.
+    async fn timed<T>(
+        &self,
+        operation: &'static str,
+        work: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok(result) => result.map_err(|e| self.db_err(operation, &e)),
+            Err(_) => Err(StoreError::Database {
+                store: self.described.clone(),
+                operation,
+                message: format!("no answer within {} ms", self.timeout.as_millis()),
+            }),
+        }
+    }
+
+    fn corrupt(&self, what: &'static str, message: impl Into<String>) -> StoreError {
+        StoreError::Corrupt {
+            store: self.described.clone(),
+            what,
+            message: message.into(),
+        }
+    }
+
+    fn pin_from_row(&self, row: &AnyRow) -> Result<Pin, StoreError> {
+        let get = |e: sqlx::Error| self.corrupt("pin", e.to_string());
+        let scope: String = row.try_get("scope").map_err(get)?;
+        let owner: String = row.try_get("owner").map_err(get)?;
+        let owner = match scope.as_str() {
+            "pipeline" => PinOwner::Pipeline(owner),
+            "conversation" => PinOwner::Conversation(owner),
+            other => return Err(self.corrupt("pin", format!("unknown scope `{other}`"))),
+        };
+        let kind: String = row.try_get("kind").map_err(get)?;
+        let target: String = row.try_get("target").map_err(get)?;
+        let target = match kind.as_str() {
+            "uri" => AttachmentTarget::Uri { uri: target },
+            "template" => {
+                let arguments: String = row.try_get("arguments").map_err(get)?;
+                let arguments: BTreeMap<String, ArgumentValue> =
+                    serde_json::from_str(&arguments)
+                        .map_err(|e| self.corrupt("pin", format!("arguments: {e}")))?;
+                AttachmentTarget::Template {
+                    template: target,
+                    arguments,
+                }
+            }
+            other => return Err(self.corrupt("pin", format!("unknown kind `{other}`"))),
+        };
+        Ok(Pin {
+            id: row.try_get("id").map_err(get)?,
+            owner,
+            server: row.try_get("server").map_err(get)?,
+            target,
+            created_at_ms: row.try_get("created_at_ms").map_err(get)?,
+            expires_at_ms: row.try_get("expires_at_ms").map_err(get)?,
+        })
+    }
+
+    fn record_from_row(&self, row: &AnyRow) -> Result<InjectionRecord, StoreError> {
+        let get = |e: sqlx::Error| self.corrupt("record", e.to_string());
+        let scope: String = row.try_get("scope").map_err(get)?;
+        let scope = match scope.as_str() {
+            "pipeline" => Scope::Pipeline,
+            "conversation" => Scope::Conversation,
+            "message" => Scope::Message,
+            other => return Err(self.corrupt("record", format!("unknown scope `{other}`"))),
+        };
+        let treatment: String = row.try_get("treatment").map_err(get)?;
+        let treatment = serde_json::from_str(&treatment)
+            .map_err(|e| self.corrupt("record", format!("treatment: {e}")))?;
+        let count = |column: &str| -> Result<usize, StoreError> {
+            let v: i64 = row.try_get(column).map_err(get)?;
+            usize::try_from(v).map_err(|_| self.corrupt("record", format!("{column} = {v}")))
+        };
+        let seq: i64 = row.try_get("seq").map_err(get)?;
+        Ok(InjectionRecord {
+            turn_id: row.try_get("turn_id").map_err(get)?,
+            seq: u32::try_from(seq).map_err(|_| self.corrupt("record", format!("seq = {seq}")))?,
+            at_ms: row.try_get("at_ms").map_err(get)?,
+            pipeline: row.try_get("pipeline").map_err(get)?,
+            conversation: row.try_get("conversation").map_err(get)?,
+            message: row.try_get("message").map_err(get)?,
+            read: ReadRecord {
+                server: row.try_get("server").map_err(get)?,
+                uri: row.try_get("uri").map_err(get)?,
+                mime_type: row.try_get("mime_type").map_err(get)?,
+                scope,
+                bytes: count("bytes")?,
+                tokens_before: count("tokens_before")?,
+                tokens_estimated: count("tokens_estimated")? != 0,
+                tokens_after: count("tokens_after")?,
+                treatment,
+                elapsed_ms: u64::try_from(count("duration_ms")?).unwrap_or(u64::MAX),
+                cache_hit: count("cache_hit")? != 0,
+                error: row.try_get("error").map_err(get)?,
+            },
+        })
+    }
+}
+
+/// `(kind, target, arguments JSON)` of a pin target.
+fn target_columns(target: &AttachmentTarget) -> Result<(&'static str, &str, String), StoreError> {
+    match target {
+        AttachmentTarget::Uri { uri } => Ok(("uri", uri, "{}".to_owned())),
+        AttachmentTarget::Template {
+            template,
+            arguments,
+        } => Ok((
+            "template",
+            template,
+            // A BTreeMap serializes in key order, so equal arguments give equal text and
+            // the unique index sees a re-pin as the same pin.
+            serde_json::to_string(arguments)
+                .map_err(|e| StoreError::invalid(format!("template arguments: {e}")))?,
+        )),
+        AttachmentTarget::Embedded { .. } => Err(StoreError::invalid(
+            "embedded contents cannot be pinned: pin a URI or a template",
+        )),
+    }
+}
+
+fn to_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A bind value of a dynamically built query.
+enum Bind {
+    Text(String),
+    Int(i64),
+}
+
+#[async_trait]
+impl AttachmentStore for SqlStore {
+    fn describe(&self) -> String {
+        self.described.clone()
+    }
+
+    async fn pin(&self, pin: NewPin) -> Result<Pin, StoreError> {
+        pin.validate()?;
+        let (kind, target, arguments) = target_columns(&pin.target)?;
+        let id = new_pin_id();
+        let now = unix_ms_now();
+        let query = sqlx::query(
+            "INSERT INTO hostpipe_pins \
+             (id, scope, owner, server, kind, target, arguments, created_at_ms, expires_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (scope, owner, server, kind, target, arguments) \
+             DO UPDATE SET expires_at_ms = excluded.expires_at_ms \
+             RETURNING id, scope, owner, server, kind, target, arguments, created_at_ms, expires_at_ms",
+        )
+        .bind(id)
+        .bind(pin.owner.scope().as_str())
+        .bind(pin.owner.id().to_owned())
+        .bind(pin.server.clone())
+        .bind(kind)
+        .bind(target.to_owned())
+        .bind(arguments)
+        .bind(now)
+        .bind(pin.expires_at_ms);
+        let row = self.timed("pin", query.fetch_one(&self.pool)).await?;
+        self.pin_from_row(&row)
+    }
+
+    async fn unpin(
+        &self,
+        owner: &PinOwner,
+        server: &str,
+        target: &AttachmentTarget,
+    ) -> Result<bool, StoreError> {
+        let (kind, target, arguments) = target_columns(target)?;
+        let query = sqlx::query(
+            "DELETE FROM hostpipe_pins WHERE scope = $1 AND owner = $2 AND server = $3 \
+             AND kind = $4 AND target = $5 AND arguments = $6",
+        )
+        .bind(owner.scope().as_str())
+        .bind(owner.id().to_owned())
+        .bind(server.to_owned())
+        .bind(kind)
+        .bind(target.to_owned())
+        .bind(arguments);
+        let done = self.timed("unpin", query.execute(&self.pool)).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn unpin_id(&self, owner: &PinOwner, id: &str) -> Result<bool, StoreError> {
+        let query =
+            sqlx::query("DELETE FROM hostpipe_pins WHERE scope = $1 AND owner = $2 AND id = $3")
+                .bind(owner.scope().as_str())
+                .bind(owner.id().to_owned())
+                .bind(id.to_owned());
+        let done = self.timed("unpin", query.execute(&self.pool)).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn pins(&self, owners: &[PinOwner], now_ms: i64) -> Result<Vec<Pin>, StoreError> {
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = String::from(
+            "SELECT id, scope, owner, server, kind, target, arguments, created_at_ms, expires_at_ms \
+             FROM hostpipe_pins WHERE (expires_at_ms IS NULL OR expires_at_ms > $1) AND (",
+        );
+        let mut binds = vec![Bind::Int(now_ms)];
+        for (i, owner) in owners.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(" OR ");
+            }
+            let n = binds.len();
+            sql.push_str(&format!("(scope = ${} AND owner = ${})", n + 1, n + 2));
+            binds.push(Bind::Text(owner.scope().as_str().to_owned()));
+            binds.push(Bind::Text(owner.id().to_owned()));
+        }
+        sql.push_str(") ORDER BY created_at_ms, id");
+        let rows = self
+            .timed("load pins", bind_all(&sql, binds).fetch_all(&self.pool))
+            .await?;
+        rows.iter().map(|r| self.pin_from_row(r)).collect()
+    }
+
+    async fn record(&self, records: &[InjectionRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let work = async {
+            let mut tx = self.pool.begin().await?;
+            for r in records {
+                let treatment = serde_json::to_string(&r.read.treatment)
+                    .unwrap_or_else(|_| "{\"kind\":\"omitted\"}".into());
+                sqlx::query(
+                    "INSERT INTO hostpipe_reads (turn_id, seq, at_ms, pipeline, conversation, \
+                     message, server, uri, mime_type, scope, bytes, tokens_before, \
+                     tokens_estimated, tokens_after, treatment, duration_ms, cache_hit, error) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+                     $16, $17, $18)",
+                )
+                .bind(r.turn_id.clone())
+                .bind(i64::from(r.seq))
+                .bind(r.at_ms)
+                .bind(r.pipeline.clone())
+                .bind(r.conversation.clone())
+                .bind(r.message.clone())
+                .bind(r.read.server.clone())
+                .bind(r.read.uri.clone())
+                .bind(r.read.mime_type.clone())
+                .bind(r.read.scope.as_str())
+                .bind(to_i64(r.read.bytes))
+                .bind(to_i64(r.read.tokens_before))
+                .bind(i64::from(r.read.tokens_estimated))
+                .bind(to_i64(r.read.tokens_after))
+                .bind(treatment)
+                .bind(i64::try_from(r.read.elapsed_ms).unwrap_or(i64::MAX))
+                .bind(i64::from(r.read.cache_hit))
+                .bind(r.read.error.clone())
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await
+        };
+        self.timed("record reads", work).await
+    }
+
+    async fn history(&self, query: &HistoryQuery) -> Result<Vec<InjectionRecord>, StoreError> {
+        let mut sql = String::from("SELECT * FROM hostpipe_reads WHERE 1 = 1");
+        let mut binds = Vec::new();
+        let mut filter = |column: &str, op: &str, value: Bind| {
+            binds.push(value);
+            sql.push_str(&format!(" AND {column} {op} ${}", binds.len()));
+        };
+        if let Some(c) = &query.conversation {
+            filter("conversation", "=", Bind::Text(c.clone()));
+        }
+        if let Some(p) = &query.pipeline {
+            filter("pipeline", "=", Bind::Text(p.clone()));
+        }
+        if let Some(s) = &query.server {
+            filter("server", "=", Bind::Text(s.clone()));
+        }
+        if let Some(t) = query.since_ms {
+            filter("at_ms", ">=", Bind::Int(t));
+        }
+        if let Some(t) = query.until_ms {
+            filter("at_ms", "<", Bind::Int(t));
+        }
+        if query.errors_only {
+            sql.push_str(" AND error IS NOT NULL");
+        }
+        let n = binds.len();
+        sql.push_str(&format!(
+            " ORDER BY at_ms DESC, turn_id DESC, seq ASC LIMIT ${} OFFSET ${}",
+            n + 1,
+            n + 2
+        ));
+        binds.push(Bind::Int(i64::from(
+            query.limit.min(HistoryQuery::MAX_LIMIT),
+        )));
+        binds.push(Bind::Int(i64::from(query.offset)));
+        let rows = self
+            .timed("read history", bind_all(&sql, binds).fetch_all(&self.pool))
+            .await?;
+        rows.iter().map(|r| self.record_from_row(r)).collect()
+    }
+
+    async fn prune(
+        &self,
+        now_ms: i64,
+        records_before_ms: Option<i64>,
+    ) -> Result<Pruned, StoreError> {
+        let pins = sqlx::query(
+            "DELETE FROM hostpipe_pins WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= $1",
+        )
+        .bind(now_ms);
+        let pins = self.timed("prune", pins.execute(&self.pool)).await?;
+        let records = match records_before_ms {
+            Some(cut) => {
+                let q = sqlx::query("DELETE FROM hostpipe_reads WHERE at_ms < $1").bind(cut);
+                self.timed("prune", q.execute(&self.pool))
+                    .await?
+                    .rows_affected()
+            }
+            None => 0,
+        };
+        Ok(Pruned {
+            pins: pins.rows_affected(),
+            records,
+        })
+    }
+}
+
+fn bind_all(
+    sql: &str,
+    binds: Vec<Bind>,
+) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
+    let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
+    for b in binds {
+        q = match b {
+            Bind::Text(s) => q.bind(s),
+            Bind::Int(i) => q.bind(i),
+        };
+    }
+    q
+}
+
+/// The SQLite URL of file `path`: `%`, `?` and `#` are percent-encoded so that they
+/// stay part of the file name.
+pub fn sqlite_url(path: &Path) -> String {
+    let mut url = String::from("sqlite://");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => url.push_str("%25"),
+            '?' => url.push_str("%3F"),
+            '#' => url.push_str("%23"),
+            c => url.push(c),
+        }
+    }
+    url
+}
+
+/// Checks the scheme and, for a SQLite file, creates its directory and asks for the
+/// file to be created (`mode=rwc`) unless the URL sets a mode.
+fn normalize_url(url: &str) -> Result<(Backend, String), StoreError> {
+    let invalid = |message: String| StoreError::Open {
+        store: describe_url(url),
+        message,
+    };
+    let scheme = url.split_once(':').map_or("", |(s, _)| s);
+    match scheme {
+        "postgres" | "postgresql" => Ok((Backend::Postgres, url.to_owned())),
+        "sqlite" => {
+            let rest = url
+                .trim_start_matches("sqlite://")
+                .trim_start_matches("sqlite:");
+            let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
+            if path.is_empty() {
+                return Err(invalid(
+                    "the URL names no file (e.g. sqlite:/var/lib/hostpipe/hostpipe.db)".into(),
+                ));
+            }
+            if path == ":memory:" {
+                return Ok((Backend::Sqlite, url.to_owned()));
+            }
+            let decoded = path
+                .replace("%3F", "?")
+                .replace("%23", "#")
+                .replace("%25", "%");
+            if let Some(dir) = Path::new(&decoded).parent()
+                && !dir.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    invalid(format!(
+                        "cannot create the directory {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+            }
+            let url = if params.split('&').any(|p| p.starts_with("mode=")) {
+                format!("sqlite://{path}?{params}")
+            } else if params.is_empty() {
+                format!("sqlite://{path}?mode=rwc")
+            } else {
+                format!("sqlite://{path}?{params}&mode=rwc")
+            };
+            Ok((Backend::Sqlite, url))
+        }
+        _ => Err(invalid(
+            "unknown scheme: use sqlite:PATH or postgres://USER@HOST/DATABASE".into(),
+        )),
+    }
+}
+
+/// `url` without its password, for messages.
+fn describe_url(url: &str) -> String {
+    match AnyConnectOptions::from_str(url) {
+        Ok(o) => {
+            let mut u = o.database_url;
+            if u.password().is_some() {
+                let _ = u.set_password(Some("***"));
+            }
+            let mut s = u.to_string();
+            if let Some(i) = s.find("?mode=rwc") {
+                s.truncate(i);
+            }
+            s
+        }
+        Err(_) => url.split('@').next_back().unwrap_or(url).to_owned(),
+    }
+}
+
+/// The error with its causes ("error returned from database: relation … does not exist").
+fn error_text(e: &sqlx::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;
