@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt as _;
 use serde::Serialize;
 
 use crate::model::ModelProfile;
@@ -242,7 +243,18 @@ impl Pipeline {
             turn.trace.record(TraceEvent::StageStarted {
                 stage: s.name.clone(),
             });
-            let result = s.stage.process(turn).await;
+            // A stage that panics (a plugin's bug, a library's) ends this turn with an
+            // error, not the platform's worker.
+            let result = match std::panic::AssertUnwindSafe(s.stage.process(turn))
+                .catch_unwind()
+                .await
+            {
+                Ok(result) => result,
+                Err(panic) => Err(crate::error::StageError::msg(format!(
+                    "it panicked: {}",
+                    panic_message(panic.as_ref())
+                ))),
+            };
             let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let (outcome, end) = match result {
                 Ok(StageOutcome::Continue) => ("continue", None),
@@ -306,6 +318,15 @@ impl Pipeline {
             trace,
         }
     }
+}
+
+/// The text of a panic payload (`panic!("…")` gives a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 #[cfg(test)]
@@ -556,6 +577,26 @@ mod tests {
             ("stopped", Some("stop"), false)
         );
         assert!(out.request.is_none());
+    }
+
+    struct Panics;
+    #[async_trait]
+    impl Stage for Panics {
+        #[allow(clippy::panic)]
+        async fn process(&self, _: &mut Turn) -> Result<StageOutcome, StageError> {
+            panic!("index out of range")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_stage_ends_the_turn_with_an_error_not_the_process() {
+        let p = pipeline(vec![("bad", Box::new(Panics)), ("a", Box::new(Push("1")))]);
+        let out = p.run_turn(Turn::new("p", "x")).await;
+        assert!(out.failed);
+        assert_eq!(
+            out.reply,
+            "Sorry, this message could not be handled: stage `bad` failed: it panicked: index out of range"
+        );
     }
 
     #[tokio::test]

@@ -61,6 +61,7 @@ pub fn expand(
     variables: &Variables,
 ) -> Result<(String, BTreeMap<String, String>), TemplateError> {
     let parsed = parse(template)?;
+    let (reserved, plain) = reserved_variables(template);
     let mut resolved = BTreeMap::new();
     let mut context = SimpleContext::new();
     for name in variables_of(parsed) {
@@ -90,7 +91,24 @@ pub fn expand(
                 });
             }
         };
-        context.insert(name.clone(), value.as_str());
+        // iri-string 0.7.14 panics on a non-ASCII character in a `{+var}` or `{#var}`
+        // value (it slices inside the character). RFC 6570 §3.2.3 encodes such a
+        // character as its UTF-8 triplets there, and keeps triplets as they are, so
+        // encoding it first gives the same URI.
+        let has_non_ascii = !value.is_ascii();
+        if has_non_ascii && reserved.contains(&name) {
+            if plain.contains(&name) {
+                return Err(TemplateError::Invalid {
+                    template: template.to_owned(),
+                    message: format!(
+                        "variable `{name}` is expanded both with and without `+`/`#`, so its value cannot hold non-ASCII characters"
+                    ),
+                });
+            }
+            context.insert(name.clone(), encode_non_ascii(&value).as_str());
+        } else {
+            context.insert(name.clone(), value.as_str());
+        }
         resolved.insert(name, value);
     }
     let uri = parsed
@@ -101,6 +119,48 @@ pub fn expand(
         })?
         .to_string();
     Ok((uri, resolved))
+}
+
+/// The variables of (an already validated) `template` that appear in reserved (`+`) or
+/// fragment (`#`) expressions, and those that appear in any other.
+fn reserved_variables(template: &str) -> (Vec<String>, Vec<String>) {
+    let (mut reserved, mut plain) = (Vec::new(), Vec::new());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        let expression = &rest[open + 1..open + close];
+        let (list, into) = match expression.as_bytes().first() {
+            Some(b'+' | b'#') => (&expression[1..], &mut reserved),
+            Some(b'.' | b'/' | b';' | b'?' | b'&' | b'=' | b',' | b'!' | b'@' | b'|') => {
+                (&expression[1..], &mut plain)
+            }
+            _ => (expression, &mut plain),
+        };
+        for spec in list.split(',') {
+            let name = spec.split(':').next().unwrap_or(spec).trim_end_matches('*');
+            into.push(name.to_owned());
+        }
+        rest = &rest[open + close + 1..];
+    }
+    (reserved, plain)
+}
+
+/// `value` with every non-ASCII character replaced by its UTF-8 percent triplets.
+fn encode_non_ascii(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 8);
+    for c in value.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    out
 }
 
 fn variables_of(t: &UriTemplateStr) -> Vec<String> {
@@ -172,6 +232,34 @@ mod tests {
             expand("user://{id}", &BTreeMap::new(), &vars),
             Err(TemplateError::Missing { .. })
         ));
+    }
+
+    #[test]
+    fn reserved_expansion_encodes_non_ascii_and_keeps_slashes() {
+        let vars = Variables::new();
+        let expand1 = |t: &str, v: &str| expand(t, &lit(&[("p", v)]), &vars).map(|r| r.0);
+        assert_eq!(expand1("f://{+p}", "ç/x y"), Ok("f://%C3%A7/x%20y".into()));
+        assert_eq!(expand1("f://a{#p}", "ç"), Ok("f://a#%C3%A7".into()));
+        assert_eq!(expand1("f://{+p}", "%C3%A7"), Ok("f://%C3%A7".into()));
+        assert!(matches!(
+            expand1("f://{p}/{+p}", "ç"),
+            Err(TemplateError::Invalid { .. })
+        ));
+        assert_eq!(expand1("f://{p}/{+p}", "a/b"), Ok("f://a%2Fb/a/b".into()));
+    }
+
+    proptest::proptest! {
+        /// No value panics any operator, and a `{simple}` value never adds a segment.
+        #[test]
+        fn any_value_expands_without_panic(value in "\\PC{0,12}", op in "[+#./;?&]?") {
+            let template = format!("x://h/{{{op}p}}/end");
+            let vars = Variables::new();
+            let result = expand(&template, &lit(&[("p", value.as_str())]), &vars);
+            if op.is_empty() {
+                let uri = result.map(|r| r.0).unwrap_or_default();
+                proptest::prop_assert_eq!(uri.matches('/').count(), 4, "{}", uri);
+            }
+        }
     }
 
     #[test]

@@ -17,7 +17,15 @@ async fn tutorial_shape_resources_and_templates() {
     let templates = host.list_resource_templates("tutorial").await.unwrap();
     let mut t: Vec<_> = templates.iter().map(|t| t.uri_template.as_str()).collect();
     t.sort_unstable();
-    assert_eq!(t, ["greeting://{name}", "user://{id}"]);
+    assert_eq!(
+        t,
+        [
+            "files://docs/{name}/meta",
+            "files://raw/{+path}",
+            "greeting://{name}",
+            "user://{id}"
+        ]
+    );
 
     let p = pipeline(
         &host,
@@ -80,6 +88,52 @@ attachments = [{ server = "tutorial", template = "greeting://{name}", arguments 
             .map(|t| t.arguments["name"].as_str()),
         Some("a b/ç")
     );
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn template_values_stay_in_their_segment_and_reach_the_server_exactly() {
+    let host = connect(vec![python("tutorial", "tutorial_server.py")]).await;
+    let p = pipeline(
+        &host,
+        r#"
+[pipelines.default.bind_mcp_servers]
+servers = ["tutorial"]
+[pipelines.default.resource_context_injection]
+attachments = [
+  { server = "tutorial", template = "files://docs/{name}/meta", arguments = { name = { var = "name" } } },
+  { server = "tutorial", template = "files://raw/{+path}", arguments = { path = { var = "name" } } },
+]
+"#,
+    );
+    // {simple}: every reserved character is encoded, so `/` and `..` stay inside the
+    // segment; {+reserved}: `/` is kept, as the template asks, but a space or `ç` is not.
+    let cases = [
+        (
+            "../etc/passwd",
+            "files://docs/..%2Fetc%2Fpasswd/meta",
+            "files://raw/../etc/passwd",
+        ),
+        ("a b", "files://docs/a%20b/meta", "files://raw/a%20b"),
+        ("ç", "files://docs/%C3%A7/meta", "files://raw/%C3%A7"),
+        ("x/y", "files://docs/x%2Fy/meta", "files://raw/x/y"),
+    ];
+    for (value, simple, reserved) in cases {
+        let mut turn = Turn::new("default", "hello");
+        turn.variables.insert("name", value);
+        let (request, trace) = prepare(&p, turn).await;
+        let uris: Vec<&str> = trace.reads().map(|r| r.uri.as_str()).collect();
+        assert!(
+            uris.contains(&simple) && uris.contains(&reserved),
+            "{value}: {uris:?}"
+        );
+        let got: serde_json::Value =
+            serde_json::from_str(block(&request, simple).text().unwrap()).unwrap();
+        assert_eq!(got["name"], value, "{simple}");
+        let got: serde_json::Value =
+            serde_json::from_str(block(&request, reserved).text().unwrap()).unwrap();
+        assert_eq!(got["path"], value, "{reserved}");
+    }
     host.shutdown().await;
 }
 
