@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use hostpipe_core::{McpSource as _, ModelProfile, Pipeline, Prepared, Turn};
+use hostpipe_core::{
+    AttachmentStore, McpSource as _, MemoryStore, ModelProfile, Pipeline, Prepared, Turn,
+};
 use hostpipe_mcp::{HostOptions, McpHost, ServerConfig};
 use hostpipe_runners::{PreviewConfig, PreviewRunner};
 use hostpipe_stages::{
@@ -26,6 +28,10 @@ pub struct BenchOptions {
     pub no_cache: bool,
     /// Turns in flight at once (at least 1).
     pub concurrency: usize,
+    /// An attachment store URL (`sqlite:PATH`, `postgres://…`, `memory`): each turn then
+    /// loads its conversation's pins and writes its reads to the history, as in
+    /// production. `None`: no store.
+    pub store: Option<String>,
 }
 
 /// What one bench run measured; printed as the last line, one JSON object.
@@ -58,7 +64,13 @@ pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<Be
         ref query,
         no_cache,
         concurrency,
+        ref store,
     } = *options;
+    let store: Option<Arc<dyn AttachmentStore>> = match store.as_deref() {
+        None | Some("none") => None,
+        Some("memory") => Some(Arc::new(MemoryStore::new())),
+        Some(url) => Some(Arc::new(hostpipe_store::SqlStore::open(url).await?)),
+    };
     let concurrency = concurrency.max(1);
     let Some((command, args)) = server.split_first() else {
         bail!("give the server command after `--`")
@@ -114,7 +126,7 @@ pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<Be
         )?;
         let inject =
             ResourceContextInjection::new(config.clone(), host.clone(), &Default::default())?;
-        Ok(Pipeline::new(
+        let pipeline = Pipeline::new(
             "bench",
             vec![
                 (BindMcpServers::NAME.into(), Box::new(bind)),
@@ -126,13 +138,19 @@ pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<Be
             ),
             Arc::new(ModelProfile::default()),
             None,
-        ))
+        );
+        Ok(match &store {
+            Some(s) => pipeline.with_store(Arc::clone(s)),
+            None => pipeline,
+        })
     };
     let shared = Arc::new(build()?);
     let turn = |pipeline: Arc<Pipeline>| {
         let query = query.clone();
         async move {
-            match pipeline.prepare(Turn::new("bench", query)).await {
+            let mut turn = Turn::new("bench", query);
+            turn.ids.conversation = Some("bench".into());
+            match pipeline.prepare(turn).await {
                 Prepared::Request(request, _) => Ok(request.context_tokens()),
                 Prepared::Ended(outcome) => {
                     Err(anyhow::anyhow!("the turn ended early: {}", outcome.reply))

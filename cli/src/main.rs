@@ -193,7 +193,8 @@ enum Command {
     /// Registered stages and runners.
     Plugins,
     /// Time the resource-injection path against one stdio MCP server; prints one JSON
-    /// line: turns, seconds, turns_per_s, tokens_injected.
+    /// line: turns, seconds, turns_per_s, tokens_injected. With `--store URL`, each turn
+    /// also loads pins and writes its history there (default: no store).
     Bench {
         /// Turns to run.
         #[arg(long, default_value_t = 20)]
@@ -360,6 +361,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 query,
                 no_cache,
                 concurrency,
+                store: cli.store.clone(),
             };
             let result = hostpipe_cli::bench::run(&options, &server).await?;
             println!("{}", serde_json::to_string(&result)?);
