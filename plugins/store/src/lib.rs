@@ -294,6 +294,58 @@ fn target_columns(target: &AttachmentTarget) -> Result<(&'static str, &str, Stri
     }
 }
 
+/// Columns of `hostpipe_reads` that [`SqlStore::record`] binds.
+const RECORD_COLUMNS: usize = 18;
+
+/// Rows per INSERT statement.
+const RECORD_BATCH: usize = 500;
+
+/// One INSERT of `batch` (at most [`RECORD_BATCH`] records).
+fn insert_records(
+    batch: &[InjectionRecord],
+) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
+    let mut sql = String::from(
+        "INSERT INTO hostpipe_reads (turn_id, seq, at_ms, pipeline, conversation, message, \
+         server, uri, mime_type, scope, bytes, tokens_before, tokens_estimated, tokens_after, \
+         treatment, duration_ms, cache_hit, error) VALUES ",
+    );
+    for i in 0..batch.len() {
+        sql.push_str(if i > 0 { ", (" } else { "(" });
+        for c in 0..RECORD_COLUMNS {
+            if c > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("${}", i * RECORD_COLUMNS + c + 1));
+        }
+        sql.push(')');
+    }
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for r in batch {
+        let treatment = serde_json::to_string(&r.read.treatment)
+            .unwrap_or_else(|_| "{\"kind\":\"omitted\"}".into());
+        q = q
+            .bind(r.turn_id.clone())
+            .bind(i64::from(r.seq))
+            .bind(r.at_ms)
+            .bind(r.pipeline.clone())
+            .bind(r.conversation.clone())
+            .bind(r.message.clone())
+            .bind(r.read.server.clone())
+            .bind(r.read.uri.clone())
+            .bind(r.read.mime_type.clone())
+            .bind(r.read.scope.as_str())
+            .bind(to_i64(r.read.bytes))
+            .bind(to_i64(r.read.tokens_before))
+            .bind(i64::from(r.read.tokens_estimated))
+            .bind(to_i64(r.read.tokens_after))
+            .bind(treatment)
+            .bind(i64::try_from(r.read.elapsed_ms).unwrap_or(i64::MAX))
+            .bind(i64::from(r.read.cache_hit))
+            .bind(r.read.error.clone());
+    }
+    q
+}
+
 fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -396,38 +448,20 @@ impl AttachmentStore for SqlStore {
         if records.is_empty() {
             return Ok(());
         }
+        // One multi-row INSERT per batch of 500 (18 columns × 500 rows stays under every
+        // driver's bind limit): a turn's reads are one statement, atomic on its own;
+        // more batches share a transaction.
+        if records.len() <= RECORD_BATCH {
+            let q = insert_records(records);
+            return self
+                .timed("record reads", q.execute(&self.pool))
+                .await
+                .map(|_| ());
+        }
         let work = async {
             let mut tx = self.pool.begin().await?;
-            for r in records {
-                let treatment = serde_json::to_string(&r.read.treatment)
-                    .unwrap_or_else(|_| "{\"kind\":\"omitted\"}".into());
-                sqlx::query(
-                    "INSERT INTO hostpipe_reads (turn_id, seq, at_ms, pipeline, conversation, \
-                     message, server, uri, mime_type, scope, bytes, tokens_before, \
-                     tokens_estimated, tokens_after, treatment, duration_ms, cache_hit, error) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
-                     $16, $17, $18)",
-                )
-                .bind(r.turn_id.clone())
-                .bind(i64::from(r.seq))
-                .bind(r.at_ms)
-                .bind(r.pipeline.clone())
-                .bind(r.conversation.clone())
-                .bind(r.message.clone())
-                .bind(r.read.server.clone())
-                .bind(r.read.uri.clone())
-                .bind(r.read.mime_type.clone())
-                .bind(r.read.scope.as_str())
-                .bind(to_i64(r.read.bytes))
-                .bind(to_i64(r.read.tokens_before))
-                .bind(i64::from(r.read.tokens_estimated))
-                .bind(to_i64(r.read.tokens_after))
-                .bind(treatment)
-                .bind(i64::try_from(r.read.elapsed_ms).unwrap_or(i64::MAX))
-                .bind(i64::from(r.read.cache_hit))
-                .bind(r.read.error.clone())
-                .execute(&mut *tx)
-                .await?;
+            for batch in records.chunks(RECORD_BATCH) {
+                insert_records(batch).execute(&mut *tx).await?;
             }
             tx.commit().await
         };

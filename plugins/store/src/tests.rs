@@ -64,3 +64,52 @@ fn sqlite_urls_keep_special_characters_in_the_file_name() {
         "sqlite:///a b/x%3Fy%23z%25.db"
     );
 }
+
+#[tokio::test]
+async fn a_turn_with_more_reads_than_one_statement_takes_is_kept_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqlStore::open_sqlite(&dir.path().join("h.db")).await.unwrap();
+    let records: Vec<InjectionRecord> = (0..1201u32)
+        .map(|seq| InjectionRecord {
+            turn_id: "t".into(),
+            seq,
+            at_ms: 5,
+            pipeline: "p".into(),
+            conversation: None,
+            message: None,
+            read: ReadRecord {
+                server: "kb".into(),
+                uri: format!("kb://{seq}"),
+                mime_type: None,
+                scope: Scope::Pipeline,
+                bytes: 1,
+                tokens_before: 1,
+                tokens_estimated: false,
+                tokens_after: 1,
+                treatment: hostpipe_core::Treatment::Whole,
+                elapsed_ms: 0,
+                cache_hit: false,
+                error: None,
+            },
+        })
+        .collect();
+    store.record(&records).await.unwrap();
+    let back = store
+        .history(&HistoryQuery {
+            limit: HistoryQuery::MAX_LIMIT,
+            ..HistoryQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(back, records);
+    // A failing batch leaves nothing behind: the same keys again violate the primary key.
+    assert!(store.record(&records).await.is_err());
+    let again = store
+        .history(&HistoryQuery {
+            limit: HistoryQuery::MAX_LIMIT,
+            ..HistoryQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1201);
+}
