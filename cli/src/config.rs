@@ -20,7 +20,7 @@
 //!
 //! [store]                      # pins and read history (docs/attachments.md)
 //! url = "sqlite:/var/lib/hostpipe/hostpipe.db"  # default: hostpipe.db in the data directory
-//! history_retention_days = 30  # 0 keeps the history forever
+//! history_retention_days = 30  # `run` deletes older history; default 0 keeps it all
 //!
 //! [mcp_servers.kb]             # the same keys as a standard `mcpServers` entry
 //! command = "npx"
@@ -116,31 +116,20 @@ pub struct HostSection {
 }
 
 /// `[store]`: where pins and the read history live.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSection {
     /// `sqlite:PATH`, `postgres://…`, `memory` (nothing kept) or `none` (no pins, no
     /// history). Default: `sqlite:` + `hostpipe.db` in the data directory
     /// ([`data_dir`]). The `--store` flag and `HOSTPIPE_STORE_URL` override it.
     pub url: Option<String>,
-    /// Days of read history kept; older turns are deleted when hostpipe opens the
-    /// store. 0 keeps everything. Default 30.
-    #[serde(default = "default_retention_days")]
+    /// Days of read history kept: `hostpipe run` deletes older turns (in batches).
+    /// Default 0: keep everything.
+    #[serde(default)]
     pub history_retention_days: u32,
 }
 
-fn default_retention_days() -> u32 {
-    30
-}
 
-impl Default for StoreSection {
-    fn default() -> Self {
-        Self {
-            url: None,
-            history_retention_days: default_retention_days(),
-        }
-    }
-}
 
 /// The data directory: `HOSTPIPE_DATA_DIR` if set, else the platform's per-user data
 /// directory (`$XDG_DATA_HOME/hostpipe`, `~/.local/share/hostpipe` on Linux).

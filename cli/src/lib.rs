@@ -82,16 +82,31 @@ impl App {
     /// # Errors
     /// When the default is needed and there is no data directory.
     pub fn store_url(&self, url: Option<&str>) -> anyhow::Result<String> {
-        if let Some(url) = url.or(self.config.store.url.as_deref()) {
+        if let Some(url) = url {
             return Ok(url.to_owned());
+        }
+        if let Some(url) = self.config.store.url.as_deref() {
+            // A relative SQLite path in a config file is relative to that file, so a bot
+            // and a later `hostpipe history` run from elsewhere open the same database.
+            let path = url
+                .strip_prefix("sqlite://")
+                .or_else(|| url.strip_prefix("sqlite:"));
+            let config_dir = Path::new(&self.config.source).parent();
+            return Ok(match (path, config_dir) {
+                (Some(p), Some(dir))
+                    if !p.starts_with('/') && !p.starts_with(":memory:") && !p.is_empty() =>
+                {
+                    hostpipe_store::sqlite_url(&dir.join(p))
+                }
+                _ => url.to_owned(),
+            });
         }
         let dir = config::data_dir()?;
         Ok(hostpipe_store::sqlite_url(&dir.join("hostpipe.db")))
     }
 
     /// Opens the attachment store at [`App::store_url`] (`none`: no store, `memory`: one
-    /// that keeps nothing), gives it to every pipeline, and deletes expired pins and
-    /// history older than `[store] history_retention_days`.
+    /// that keeps nothing) and gives it to every pipeline.
     ///
     /// # Errors
     /// When the store cannot be opened (the message names it).
@@ -105,18 +120,26 @@ impl App {
             "memory" => Arc::new(MemoryStore::new()),
             url => Arc::new(hostpipe_store::SqlStore::open(url).await?),
         };
-        let now = hostpipe_core::store::unix_ms_now();
-        let days = self.config.store.history_retention_days;
-        let cut = (days > 0).then(|| now.saturating_sub(i64::from(days) * 86_400_000));
-        if let Err(e) = store.prune(now, cut).await {
-            tracing::warn!(error = %e, "pruning the attachment store failed");
-        }
         self.pipelines = std::mem::take(&mut self.pipelines)
             .into_iter()
             .map(|(id, p)| (id, p.with_store(Arc::clone(&store))))
             .collect();
         self.store = Some(Arc::clone(&store));
         Ok(Some(store))
+    }
+
+    /// Deletes expired pins and, when `[store] history_retention_days` is set, one batch
+    /// of older history ([`hostpipe_core::store::PRUNE_BATCH`] records). Only what
+    /// runs turns calls it (`hostpipe run`), so a command that only looks never deletes
+    /// by a retention the store's owner did not set. A failure is logged, not returned.
+    pub async fn prune_store(&self) {
+        let Some(store) = &self.store else { return };
+        let now = hostpipe_core::store::unix_ms_now();
+        let days = self.config.store.history_retention_days;
+        let cut = (days > 0).then(|| now.saturating_sub(i64::from(days) * 86_400_000));
+        if let Err(e) = store.prune(now, cut).await {
+            tracing::warn!(error = %e, "pruning the attachment store failed");
+        }
     }
 
     /// Connects every enabled server (see [`McpHost::connect_all`]).

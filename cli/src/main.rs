@@ -14,6 +14,42 @@ use hostpipe_core::{
 use hostpipe_runners::PreviewReport;
 use hostpipe_stages::convert::{ConvertLimits, Converted, ResourceMeta, convert};
 
+/// Set once stdout's reader has gone (`hostpipe history | head -1`): later output is
+/// dropped instead of panicking, and the command finishes (stopping its servers).
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `println!`, without the panic on a closed pipe.
+macro_rules! outln {
+    () => {
+        emit(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        emit(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!`, without the panic on a closed pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        emit(format_args!($($arg)*))
+    };
+}
+
+fn emit(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    use std::sync::atomic::Ordering;
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write the output: {e}");
+        }
+    }
+}
+
 /// Put MCP resources in front of a model: run a bot message through a pipeline.
 ///
 /// Exit codes: 0 done; 1 the turn failed (or, for `servers`, a server failed);
@@ -32,7 +68,13 @@ struct Cli {
     /// Where pins and the read history live: sqlite:PATH, postgres://USER@HOST/DB,
     /// `memory` or `none` (default: `[store] url`, else hostpipe.db in the data
     /// directory, $HOSTPIPE_DATA_DIR or ~/.local/share/hostpipe).
-    #[arg(long, global = true, value_name = "URL", env = "HOSTPIPE_STORE_URL")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "HOSTPIPE_STORE_URL",
+        hide_env_values = true
+    )]
     store: Option<String>,
     /// More log output on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -50,8 +92,8 @@ enum Command {
         /// Pipeline id.
         #[arg(long, default_value = "default")]
         pipeline: String,
-        /// Conversation id.
-        #[arg(long, value_name = "ID")]
+        /// Conversation id (its pins apply; its reads are recorded under it).
+        #[arg(long, value_name = "ID", value_parser = parse_id)]
         conversation: Option<String>,
         /// A turn variable (repeatable).
         #[arg(long = "var", value_name = "KEY=VALUE", value_parser = parse_var)]
@@ -134,8 +176,9 @@ enum Command {
         owner: OwnerArgs,
         #[command(flatten)]
         target: TargetArgs,
-        /// Stop applying after this long: 90s, 30m, 2h, 7d.
-        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        /// Stop applying after this long: 90s, 30m, 2h, 7d (`1M` is a month, `1m` a
+        /// minute); at most 100 years.
+        #[arg(long, value_name = "DURATION", value_parser = parse_expiry)]
         expires_in: Option<std::time::Duration>,
         /// JSON output.
         #[arg(long)]
@@ -163,10 +206,10 @@ enum Command {
     /// The read history: each turn's resource reads with token counts, newest first.
     History {
         /// Only this conversation.
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", value_parser = parse_id)]
         conversation: Option<String>,
         /// Only this pipeline.
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", value_parser = parse_id)]
         pipeline: Option<String>,
         /// Only this MCP server.
         #[arg(long, value_name = "NAME")]
@@ -180,8 +223,8 @@ enum Command {
         /// Only failed reads.
         #[arg(long)]
         errors: bool,
-        /// Most records shown.
-        #[arg(long, default_value_t = 50)]
+        /// Most records shown (1 to 10000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         limit: u32,
         /// Records skipped first.
         #[arg(long, default_value_t = 0)]
@@ -225,10 +268,10 @@ enum Command {
 #[group(required = true, multiple = false)]
 struct OwnerArgs {
     /// The conversation id (as the platform sends it in the turn).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = parse_id)]
     conversation: Option<String>,
     /// The pipeline id.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = parse_id)]
     pipeline: Option<String>,
 }
 
@@ -276,6 +319,31 @@ struct DetachTarget {
     arg_vars: Vec<(String, String)>,
 }
 
+/// `--expires-in`: a humantime duration, more than zero and at most 100 years.
+fn parse_expiry(s: &str) -> Result<std::time::Duration, String> {
+    const MAX: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+    let d =
+        humantime::parse_duration(s).map_err(|e| format!("`{s}`: {e} (e.g. 90s, 30m, 2h, 7d)"))?;
+    if d.is_zero() {
+        return Err("a pin that expires at once never applies; give a duration above 0".into());
+    }
+    if d > MAX {
+        return Err(format!(
+            "`{s}` is more than 100 years; leave --expires-in out for a pin that never expires"
+        ));
+    }
+    Ok(d)
+}
+
+/// An id given on the command line: not empty.
+fn parse_id(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("an id cannot be empty".into())
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
 /// A time for `--since`/`--until`: RFC 3339, or a duration ago. Unix ms.
 fn parse_time(s: &str) -> Result<i64, String> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
@@ -301,7 +369,7 @@ fn init_logging(verbose: u8) {
     // rmcp logs what hostpipe already reports (and its own worker noise) at WARN and
     // ERROR; it shows from -v on.
     let default = match verbose {
-        0 => "warn,rmcp=off",
+        0 => "warn,rmcp=off,sqlx=error",
         1 => "info",
         2 => "debug",
         _ => "trace",
@@ -344,7 +412,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Command::Plugins => {
-            print!("{}", hostpipe_cli::registry()?.listing());
+            out!("{}", hostpipe_cli::registry()?.listing());
             return Ok(ExitCode::SUCCESS);
         }
         Command::Bench {
@@ -364,7 +432,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 store: cli.store.clone(),
             };
             let result = hostpipe_cli::bench::run(&options, &server).await?;
-            println!("{}", serde_json::to_string(&result)?);
+            outln!("{}", serde_json::to_string(&result)?);
             return Ok(ExitCode::SUCCESS);
         }
         _ => {}
@@ -422,10 +490,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     );
     if matches!(&cli.command, Command::Run { .. }) {
         // A turn goes on without pins or history when the store cannot be opened.
-        if let Err(e) = app.open_store(cli.store.as_deref()).await {
-            eprintln!(
+        match app.open_store(cli.store.as_deref()).await {
+            Ok(_) => app.prune_store().await,
+            Err(e) => eprintln!(
                 "warning: {e:#}; the turn goes on without pinned attachments and its reads are not recorded"
-            );
+            ),
         }
     } else if pins_or_history && app.open_store(cli.store.as_deref()).await?.is_none() {
         bail!("there is no attachment store (--store none): pins and history need one");
@@ -551,13 +620,14 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             let outcome = p.run_turn(turn).await;
             if json {
                 let doc = serde_json::json!({
+                    "turn_id": outcome.trace.turn_id(),
                     "reply": outcome.reply,
                     "ended_by": outcome.ended_by,
                     "failed": outcome.failed,
                     "preview": outcome.request.as_ref().map(PreviewReport::new),
                     "trace": outcome.trace.records(),
                 });
-                println!("{}", serde_json::to_string_pretty(&doc)?);
+                outln!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
                 for r in outcome.trace.records() {
                     match &r.event {
@@ -577,7 +647,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                         _ => {}
                     }
                 }
-                println!("{}", outcome.reply.trim_end());
+                outln!("{}", outcome.reply.trim_end());
             }
             Ok(if outcome.failed {
                 if !json {
@@ -603,19 +673,19 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 ExitCode::SUCCESS
             };
             if json {
-                println!("{}", serde_json::to_string_pretty(&servers)?);
+                outln!("{}", serde_json::to_string_pretty(&servers)?);
                 return Ok(code);
             }
             if servers.is_empty() {
-                println!(
+                outln!(
                     "no MCP servers are configured in {} (add [mcp_servers.NAME] or --mcp-config FILE; see docs/configuration.md)",
                     app.config.source
                 );
             }
             for s in &servers {
-                println!("{}: {}", s.name, s.status.describe());
+                outln!("{}: {}", s.name, s.status.describe());
                 if let Some((name, version)) = &s.implementation {
-                    println!(
+                    outln!(
                         "  server: {name} {version}, protocol {}",
                         s.protocol_version.as_deref().unwrap_or("?")
                     );
@@ -634,7 +704,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                     .into_iter()
                     .filter_map(|(on, name)| on.then_some(name))
                     .collect();
-                    println!(
+                    outln!(
                         "  capabilities: {}",
                         if caps.is_empty() {
                             "none".into()
@@ -642,7 +712,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                             caps.join(", ")
                         }
                     );
-                    println!(
+                    outln!(
                         "  {} tools, {} resources, {} resource templates, {} prompts",
                         s.counts.tools,
                         s.counts.resources,
@@ -651,11 +721,11 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                     );
                 }
                 for w in &s.warnings {
-                    println!("  warning: {w}");
+                    outln!("  warning: {w}");
                 }
                 if !s.status.is_connected() {
                     for line in &s.stderr_tail {
-                        println!("  stderr: {line}");
+                        outln!("  stderr: {line}");
                     }
                 }
             }
@@ -666,22 +736,22 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             let templates = app.host.list_resource_templates(&server).await?;
             if json {
                 let doc = serde_json::json!({ "resources": &*resources, "resource_templates": &*templates });
-                println!("{}", serde_json::to_string_pretty(&doc)?);
+                outln!("{}", serde_json::to_string_pretty(&doc)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("resources ({}):", resources.len());
+            outln!("resources ({}):", resources.len());
             for r in resources.iter() {
                 let size = r.size.map(|s| format!(", {s} bytes")).unwrap_or_default();
-                println!(
+                outln!(
                     "  {}  {} [{}{size}]",
                     r.uri,
                     r.title.as_deref().unwrap_or(&r.name),
                     r.mime_type.as_deref().unwrap_or("?")
                 );
             }
-            println!("resource templates ({}):", templates.len());
+            outln!("resource templates ({}):", templates.len());
             for t in templates.iter() {
-                println!(
+                outln!(
                     "  {}  {}",
                     t.uri_template,
                     t.title.as_deref().unwrap_or(&t.name)
@@ -692,17 +762,17 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
         Command::Prompts { server, json } => {
             let prompts = app.host.list_prompts(&server).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&*prompts)?);
+                outln!("{}", serde_json::to_string_pretty(&*prompts)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("prompts ({}):", prompts.len());
+            outln!("prompts ({}):", prompts.len());
             for p in prompts.iter() {
                 let args: Vec<String> = p
                     .arguments
                     .iter()
                     .map(|a| format!("{}{}", a.name, if a.required { "*" } else { "" }))
                     .collect();
-                println!(
+                outln!(
                     "  /{server}:{}  {}{}",
                     p.name,
                     args.join(" "),
@@ -734,10 +804,10 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 .complete(&server, &reference, &argument, &prefix, &context)
                 .await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&c)?);
+                outln!("{}", serde_json::to_string_pretty(&c)?);
             } else {
                 for v in &c.values {
-                    println!("{v}");
+                    outln!("{v}");
                 }
                 if c.has_more {
                     eprintln!(
@@ -783,26 +853,26 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                     items.push(serde_json::json!({"uri": item_uri, "mime_type": mime, "bytes": bytes, "kind": kind, "text": text}));
                 } else {
                     match converted {
-                        Converted::Text(t) => println!("{}", t.trim_end()),
+                        Converted::Text(t) => outln!("{}", t.trim_end()),
                         Converted::Image {
                             mime_type,
                             width,
                             height,
                             data,
                         } => {
-                            println!(
+                            outln!(
                                 "[image {item_uri} ({mime_type}, {width}×{height} px, {} bytes)]",
                                 data.len()
                             )
                         }
                         Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
-                            println!("{note}")
+                            outln!("{note}")
                         }
                     }
                 }
             }
             if json {
-                println!("{}", serde_json::to_string_pretty(&items)?);
+                outln!("{}", serde_json::to_string_pretty(&items)?);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -814,12 +884,14 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
         } => {
             let owner = owner.owner();
             check_server(app, &target.server)?;
+            check_pipeline_pin(app, &owner, &target.server)?;
             let pin_target = attachment_target(&target.target, &target.args, &target.arg_vars)?;
             let expires_at_ms = expires_in.map(|d| {
                 hostpipe_core::store::unix_ms_now()
                     .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             });
-            let pin = store(app)?
+            let store = store(app)?;
+            let pin = store
                 .pin(NewPin {
                     owner: owner.clone(),
                     server: target.server.clone(),
@@ -828,16 +900,22 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 })
                 .await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&pin)?);
+                outln!("{}", serde_json::to_string_pretty(&pin)?);
             } else {
-                println!(
-                    "pinned {} from `{}` to {owner}{} (id {})",
+                outln!(
+                    "pinned {} from server `{}` to {owner}{} (id {}, store {})",
                     describe_target(&pin.target),
                     pin.server,
                     pin.expires_at_ms
                         .map(|t| format!(" until {}", format_time(t)))
                         .unwrap_or_default(),
-                    pin.id
+                    pin.id,
+                    store.describe()
+                );
+            }
+            if store.describe() == "memory" {
+                eprintln!(
+                    "warning: the memory store keeps nothing: this pin is gone when the command ends"
                 );
             }
             Ok(ExitCode::SUCCESS)
@@ -845,18 +923,43 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
         Command::Detach { owner, id, target } => {
             let owner = owner.owner();
             let store = store(app)?;
-            let (removed, what) = match (id, target.server, target.target) {
-                (Some(id), _, _) => (store.unpin_id(&owner, &id).await?, format!("pin {id}")),
+            let (removed, what, configured) = match (id, target.server, target.target) {
+                (Some(id), _, _) => {
+                    // Ids are UUIDs, printed in lower case.
+                    let id = id.to_ascii_lowercase();
+                    (
+                        store.unpin_id(&owner, &id).await?,
+                        format!("pin {id}"),
+                        false,
+                    )
+                }
                 (None, Some(server), Some(t)) => {
                     let t = attachment_target(&t, &target.args, &target.arg_vars)?;
-                    let what = format!("{} from `{server}`", describe_target(&t));
-                    (store.unpin(&owner, &server, &t).await?, what)
+                    let what = format!("{} of server `{server}`", describe_target(&t));
+                    let configured = match &owner {
+                        PinOwner::Pipeline(p) => app
+                            .config
+                            .pipeline_attachments(p)
+                            .unwrap_or_default()
+                            .iter()
+                            .any(|a| a.server == server && a.target == t),
+                        PinOwner::Conversation(_) => false,
+                    };
+                    (store.unpin(&owner, &server, &t).await?, what, configured)
                 }
                 _ => bail!("give SERVER and TARGET, or --id ID"),
             };
             if removed {
-                println!("detached {what} from {owner}");
+                outln!("detached {what} from {owner}");
                 Ok(ExitCode::SUCCESS)
+            } else if configured {
+                eprintln!(
+                    "error: {what} is attached by the config of pipeline `{}` ({}): remove it from [pipelines.{}.resource_context_injection] attachments",
+                    owner.id(),
+                    app.config.source,
+                    owner.id()
+                );
+                Ok(ExitCode::FAILURE)
             } else {
                 eprintln!(
                     "error: {owner} has no {what} (see `hostpipe attachments --{} {}`)",
@@ -881,11 +984,11 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             };
             if json {
                 let doc = serde_json::json!({ "pins": pins, "configured": configured });
-                println!("{}", serde_json::to_string_pretty(&doc)?);
+                outln!("{}", serde_json::to_string_pretty(&doc)?);
                 return Ok(ExitCode::SUCCESS);
             }
             if pins.is_empty() && configured.is_empty() {
-                println!("{owner} has no attachments");
+                outln!("{owner} has no attachments");
                 return Ok(ExitCode::SUCCESS);
             }
             let mut table = new_table(["id", "server", "resource", "pinned", "expires"]);
@@ -907,7 +1010,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                     "never".into(),
                 ]);
             }
-            println!("{table}");
+            outln!("{table}");
             Ok(ExitCode::SUCCESS)
         }
         Command::History {
@@ -921,6 +1024,15 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             offset,
             json,
         } => {
+            if let (Some(s), Some(u)) = (since, until)
+                && s >= u
+            {
+                bail!(
+                    "--since ({}) is not before --until ({}): no turn can match",
+                    format_time(s),
+                    format_time(u)
+                );
+            }
             let query = HistoryQuery {
                 conversation,
                 pipeline,
@@ -933,11 +1045,11 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             };
             let records = store(app)?.history(&query).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&records)?);
+                outln!("{}", serde_json::to_string_pretty(&records)?);
                 return Ok(ExitCode::SUCCESS);
             }
             if records.is_empty() {
-                println!("no reads match");
+                outln!("no reads match");
                 return Ok(ExitCode::SUCCESS);
             }
             let mut table = new_table([
@@ -972,12 +1084,18 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                         read.tokens_before,
                         read.tokens_after
                     ),
-                    hostpipe_runners::render::treatment_label(&read.treatment),
+                    match read.treatment {
+                        // Nothing reached the model: left out of the budget, or refused.
+                        hostpipe_core::Treatment::Omitted if read.tokens_after == 0 => {
+                            "left out".to_owned()
+                        }
+                        ref t => hostpipe_runners::render::treatment_label(t),
+                    },
                     read.elapsed_ms.to_string(),
                     read.error.clone().unwrap_or_default(),
                 ]);
             }
-            println!("{table}");
+            outln!("{table}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugins | Command::DemoServer | Command::Bench { .. } => {
@@ -1003,6 +1121,27 @@ fn check_server(app: &App, server: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A pipeline pin needs a pipeline that exists, and binds the server.
+fn check_pipeline_pin(app: &App, owner: &PinOwner, server: &str) -> anyhow::Result<()> {
+    let PinOwner::Pipeline(id) = owner else {
+        return Ok(());
+    };
+    app.pipeline(id)?;
+    if let Some(bound) = app.config.bound_servers(id)
+        && !bound.iter().any(|b| b == server)
+    {
+        bail!(
+            "pipeline `{id}` does not bind MCP server `{server}` (it binds: {}), so the pin would never be read; bind it in [pipelines.{id}.bind_mcp_servers]",
+            if bound.is_empty() {
+                "none".to_owned()
+            } else {
+                bound.join(", ")
+            }
+        );
+    }
+    Ok(())
+}
+
 /// A URI, or (when `target` has a `{`) an RFC 6570 template with every variable given.
 fn attachment_target(
     target: &str,
@@ -1021,17 +1160,22 @@ fn attachment_target(
     let variables = hostpipe_stages::uri_template::variables(target)
         .map_err(|e| anyhow::anyhow!("URI template `{target}`: {e}"))?;
     let mut arguments = std::collections::BTreeMap::new();
-    for (k, v) in args {
-        arguments.insert(k.clone(), ArgumentValue::Literal(v.clone()));
-    }
-    for (k, var) in arg_vars {
-        arguments.insert(
-            k.clone(),
-            ArgumentValue::Variable(VariableRef {
-                var: var.clone(),
-                default: None,
-            }),
-        );
+    let given = args
+        .iter()
+        .map(|(k, v)| (k, ArgumentValue::Literal(v.clone())))
+        .chain(arg_vars.iter().map(|(k, var)| {
+            (
+                k,
+                ArgumentValue::Variable(VariableRef {
+                    var: var.clone(),
+                    default: None,
+                }),
+            )
+        }));
+    for (k, v) in given {
+        if arguments.insert(k.clone(), v).is_some() {
+            bail!("template argument `{k}` is given twice (--arg / --arg-var): give it once");
+        }
     }
     if let Some(unknown) = arguments.keys().find(|k| !variables.contains(k)) {
         bail!(

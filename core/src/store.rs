@@ -83,6 +83,8 @@ impl NewPin {
     /// # Errors
     /// [`StoreError::Invalid`] naming the field.
     pub fn validate(&self) -> Result<(), StoreError> {
+        check_id(self.owner.scope().as_str(), Some(self.owner.id()))?;
+        check_id("server", Some(&self.server))?;
         if self.owner.id().trim().is_empty() {
             return Err(StoreError::invalid(format!(
                 "the {} id is empty",
@@ -104,6 +106,20 @@ impl NewPin {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+/// The longest pipeline, conversation, message or server id a store keeps, in bytes
+/// (stores index them; PostgreSQL's B-tree entries are limited to about 2.7 KB).
+pub const MAX_ID_BYTES: usize = 1024;
+
+fn check_id(what: &str, id: Option<&str>) -> Result<(), StoreError> {
+    match id {
+        Some(id) if id.len() > MAX_ID_BYTES => Err(StoreError::invalid(format!(
+            "the {what} id is {} bytes, over the {MAX_ID_BYTES}-byte limit of the attachment store",
+            id.len()
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -163,6 +179,19 @@ pub struct InjectionRecord {
     pub read: ReadRecord,
 }
 
+impl InjectionRecord {
+    /// Checks what a store needs: ids within [`MAX_ID_BYTES`].
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] naming the id.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        check_id("pipeline", Some(&self.pipeline))?;
+        check_id("conversation", self.conversation.as_deref())?;
+        check_id("message", self.message.as_deref())?;
+        check_id("server", Some(&self.read.server))
+    }
+}
+
 /// Which records [`AttachmentStore::history`] returns: every filter set must match.
 /// Newest turn first; reads of one turn in their order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,6 +246,9 @@ impl HistoryQuery {
             && (!self.errors_only || r.read.error.is_some())
     }
 }
+
+/// The most history records one [`AttachmentStore::prune`] call deletes.
+pub const PRUNE_BATCH: u64 = 10_000;
 
 /// What [`AttachmentStore::prune`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -316,7 +348,8 @@ pub trait AttachmentStore: Send + Sync {
     /// Appends history records (one transaction: all or none).
     ///
     /// # Errors
-    /// A database error.
+    /// [`StoreError::Invalid`] for an id over [`MAX_ID_BYTES`]
+    /// ([`InjectionRecord::validate`]), or a database error.
     async fn record(&self, records: &[InjectionRecord]) -> Result<(), StoreError>;
 
     /// History records matching `query`.
@@ -326,7 +359,9 @@ pub trait AttachmentStore: Send + Sync {
     async fn history(&self, query: &HistoryQuery) -> Result<Vec<InjectionRecord>, StoreError>;
 
     /// Deletes pins expired at `now_ms` and, when `records_before_ms` is set, history of
-    /// turns that started before it.
+    /// turns that started before it: at most [`PRUNE_BATCH`] records a call, so that a
+    /// large backlog never holds the store for long (call again while
+    /// [`Pruned::records`] is `PRUNE_BATCH`).
     ///
     /// # Errors
     /// A database error.
@@ -430,6 +465,7 @@ impl AttachmentStore for MemoryStore {
     }
 
     async fn record(&self, records: &[InjectionRecord]) -> Result<(), StoreError> {
+        records.iter().try_for_each(InjectionRecord::validate)?;
         self.lock().records.extend_from_slice(records);
         Ok(())
     }
@@ -464,7 +500,15 @@ impl AttachmentStore for MemoryStore {
         let (pins, records) = (inner.pins.len(), inner.records.len());
         inner.pins.retain(|p| p.is_live(now_ms));
         if let Some(cut) = records_before_ms {
-            inner.records.retain(|r| r.at_ms >= cut);
+            let mut budget = PRUNE_BATCH;
+            inner.records.retain(|r| {
+                if r.at_ms < cut && budget > 0 {
+                    budget -= 1;
+                    false
+                } else {
+                    true
+                }
+            });
         }
         Ok(Pruned {
             pins: (pins - inner.pins.len()) as u64,
@@ -579,6 +623,27 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
         Err(StoreError::Invalid(_)) => {}
         other => return Err(format!("an empty URI: got {other:?}, want Invalid")),
     }
+
+    match store
+        .pin(NewPin {
+            owner: PinOwner::Conversation("x".repeat(MAX_ID_BYTES + 1)),
+            server: "kb".into(),
+            target: uri("kb://a"),
+            expires_at_ms: None,
+        })
+        .await
+    {
+        Err(StoreError::Invalid(_)) => {}
+        other => return Err(format!("an over-long id: got {other:?}, want Invalid")),
+    }
+    // A long URI is fine (it is not indexed).
+    let long = uri(&format!("kb://{}", "u".repeat(20_000)));
+    store.pin(new(&pipe, &long, None)).await.map_err(e)?;
+    expect(
+        "unpin a long URI",
+        store.unpin(&pipe, "kb", &long).await.map_err(e)?,
+        true,
+    )?;
 
     // Removal.
     expect(

@@ -65,7 +65,7 @@ fn a_conversation_pin_survives_restarts_and_a_message_attachment_is_read_once() 
     assert!(ok, "{stderr}");
     assert!(
         stdout.starts_with(
-            "pinned demo://docs/{topic} (topic=incident-runbook) from `demo` to conversation `chat-1` (id "
+            "pinned demo://docs/{topic} (topic=incident-runbook) from server `demo` to conversation `chat-1` (id "
         ),
         "{stdout}"
     );
@@ -168,7 +168,7 @@ fn a_conversation_pin_survives_restarts_and_a_message_attachment_is_read_once() 
     assert!(ok, "{stderr}");
     assert_eq!(
         stdout,
-        "detached demo://docs/{topic} (topic=incident-runbook) from `demo` from conversation `chat-1`\n"
+        "detached demo://docs/{topic} (topic=incident-runbook) of server `demo` from conversation `chat-1`\n"
     );
     let third = run_json(data, &["--conversation", "chat-1", "still there?"]);
     assert!(
@@ -251,7 +251,39 @@ fn history_shows_each_turns_uris_and_token_counts_and_errors_shows_a_failed_read
 fn attach_mistakes_name_what_is_wrong() {
     let data = tempfile::tempdir().unwrap();
     let data = data.path();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &["attach", "--pipeline", "nosuch", "demo", "demo://x"],
+            "error: <embedded default config>: no pipeline `nosuch`; pipelines: default\n",
+        ),
+        (
+            &[
+                "attach",
+                "--conversation",
+                "c",
+                "demo",
+                "demo://docs/{topic}",
+                "--arg",
+                "topic=a",
+                "--arg-var",
+                "topic=b",
+            ],
+            "error: template argument `topic` is given twice (--arg / --arg-var): give it once\n",
+        ),
+        (
+            &["history", "--since", "1h", "--until", "2h"],
+            "error: --since (",
+        ),
+        (
+            &[
+                "detach",
+                "--pipeline",
+                "default",
+                "demo",
+                "demo://config/app.json",
+            ],
+            "error: demo://config/app.json of server `demo` is attached by the config of pipeline `default` (<embedded default config>): remove it from [pipelines.default.resource_context_injection] attachments\n",
+        ),
         (
             &["attach", "--conversation", "c", "nope", "demo://x"],
             "error: unknown MCP server `nope`; configured servers: demo\n",
@@ -290,8 +322,52 @@ fn attach_mistakes_name_what_is_wrong() {
     for (args, want) in cases {
         let (ok, _, stderr) = hostpipe(data, args);
         assert!(!ok, "{args:?} succeeded");
-        assert_eq!(stderr, want, "{args:?}");
+        if want.ends_with('\n') {
+            assert_eq!(stderr, want, "{args:?}");
+        } else {
+            assert!(stderr.starts_with(want), "{args:?}: {stderr}");
+        }
     }
+    for expires in ["0s", "200y"] {
+        let (ok, _, stderr) = hostpipe(
+            data,
+            &[
+                "attach",
+                "--conversation",
+                "c",
+                "demo",
+                "demo://x",
+                "--expires-in",
+                expires,
+            ],
+        );
+        assert!(
+            !ok && stderr.contains("--expires-in"),
+            "{expires}: {stderr}"
+        );
+    }
+    // A password in HOSTPIPE_STORE_URL is not shown by --help.
+    let out = hostpipe_command()
+        .env(
+            "HOSTPIPE_STORE_URL",
+            "postgres://bob:S3cretPW@127.0.0.1:1/db",
+        )
+        .args(["history", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("S3cretPW"));
+    // A reader that goes away early is not an error (`run` prints only after the demo
+    // server has answered, long after the pipe is closed here).
+    let mut child = hostpipe_command()
+        .env("HOSTPIPE_DATA_DIR", data)
+        .args(["run", "hello"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
     let (ok, _, stderr) = hostpipe(
         data,
         &[

@@ -4,6 +4,9 @@
 -- Pins: resources attached to every turn of a pipeline or of a conversation.
 CREATE TABLE hostpipe_pins (
     id            TEXT PRIMARY KEY,   -- UUID v7
+    pin_key       TEXT NOT NULL UNIQUE, -- XXH3-128 of (scope, owner, server, kind, target,
+                                      -- arguments): one pin per target and owner, whatever
+                                      -- the values' length (a B-tree entry has a size limit)
     scope         TEXT NOT NULL,      -- 'pipeline' | 'conversation'
     owner         TEXT NOT NULL,      -- the pipeline or conversation id
     server        TEXT NOT NULL,      -- configured MCP server name
@@ -11,9 +14,10 @@ CREATE TABLE hostpipe_pins (
     target        TEXT NOT NULL,      -- the URI, or the RFC 6570 URI template
     arguments     TEXT NOT NULL,      -- template arguments as a JSON object ('{}' for a URI)
     created_at_ms BIGINT NOT NULL,    -- Unix ms
-    expires_at_ms BIGINT,             -- Unix ms; NULL: until removed
-    UNIQUE (scope, owner, server, kind, target, arguments)
+    expires_at_ms BIGINT              -- Unix ms; NULL: until removed
 );
+
+CREATE INDEX hostpipe_pins_owner ON hostpipe_pins (scope, owner);
 
 -- The read history: one row per resource read of a turn.
 CREATE TABLE hostpipe_reads (

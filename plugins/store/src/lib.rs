@@ -38,7 +38,10 @@ use hostpipe_core::{
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::{AnyPool, AssertSqlSafe, Executor as _, Row as _, SqlSafeStr as _};
+use sqlx::{
+    AnyConnection, AnyPool, AssertSqlSafe, Connection as _, Executor as _, Row as _,
+    SqlSafeStr as _,
+};
 
 /// The schema migrations, in order. Never edit one that has shipped: add the next.
 const MIGRATIONS: [(i64, &str, &str); 1] = [(
@@ -91,24 +94,35 @@ impl SqlStore {
             message,
         };
         sqlx::any::install_default_drivers();
-        let options = AnyConnectOptions::from_str(&url).map_err(|e| open_err(e.to_string()))?;
+        let options = AnyConnectOptions::from_str(&url).map_err(|e| {
+            open_err(format!(
+                "{e} (percent-encode `/`, `#`, `?`, `@` and `%` in a user name or password)"
+            ))
+        })?;
+        // One connection first, so that its error is the one reported ("file is not a
+        // database", "connection refused", "password authentication failed"), not the
+        // pool's "timed out waiting for an open connection".
+        let first = tokio::time::timeout(DEFAULT_TIMEOUT, AnyConnection::connect_with(&options))
+            .await
+            .map_err(|_| {
+                open_err(format!(
+                    "no connection within {} ms",
+                    DEFAULT_TIMEOUT.as_millis()
+                ))
+            })?
+            .map_err(|e| open_err(error_text(&e)))?;
+        let mut first = first;
+        set_up_connection(&mut first, backend)
+            .await
+            .map_err(|e| open_err(error_text(&e)))?;
+        let _ = first.close().await;
         let pool = AnyPoolOptions::new()
             .max_connections(match backend {
                 Backend::Sqlite => 4,
                 Backend::Postgres => 8,
             })
             .acquire_timeout(DEFAULT_TIMEOUT)
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    if backend == Backend::Sqlite {
-                        // WAL: readers never wait for the writer, so a running bot and
-                        // `hostpipe history` in another process do not block each other.
-                        conn.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
-                            .await?;
-                    }
-                    Ok(())
-                })
-            })
+            .after_connect(move |conn, _| Box::pin(set_up_connection(conn, backend)))
             .connect_with(options)
             .await
             .map_err(|e| open_err(error_text(&e)))?;
@@ -273,6 +287,35 @@ impl SqlStore {
     }
 }
 
+/// Settings every connection gets. SQLite: WAL, so that readers never wait for the
+/// writer (a running bot and `hostpipe history` in another process do not block each
+/// other), with `synchronous = NORMAL` (durable at checkpoints, never corrupt).
+async fn set_up_connection(conn: &mut AnyConnection, backend: Backend) -> Result<(), sqlx::Error> {
+    if backend == Backend::Sqlite {
+        conn.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
+            .await?;
+    }
+    Ok(())
+}
+
+/// The unique key of a pin: XXH3-128 over its owner, server and target, each part
+/// length-prefixed so that no two different pins give the same input.
+fn pin_key(owner: &PinOwner, server: &str, kind: &str, target: &str, arguments: &str) -> String {
+    let mut input = Vec::new();
+    for part in [
+        owner.scope().as_str(),
+        owner.id(),
+        server,
+        kind,
+        target,
+        arguments,
+    ] {
+        input.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        input.extend_from_slice(part.as_bytes());
+    }
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&input))
+}
+
 /// `(kind, target, arguments JSON)` of a pin target.
 fn target_columns(target: &AttachmentTarget) -> Result<(&'static str, &str, String), StoreError> {
     match target {
@@ -367,12 +410,12 @@ impl AttachmentStore for SqlStore {
         let (kind, target, arguments) = target_columns(&pin.target)?;
         let id = new_pin_id();
         let now = unix_ms_now();
+        let key = pin_key(&pin.owner, &pin.server, kind, target, &arguments);
         let query = sqlx::query(
-            "INSERT INTO hostpipe_pins \
-             (id, scope, owner, server, kind, target, arguments, created_at_ms, expires_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (scope, owner, server, kind, target, arguments) \
-             DO UPDATE SET expires_at_ms = excluded.expires_at_ms \
+            "INSERT INTO hostpipe_pins (id, scope, owner, server, kind, target, arguments, \
+             created_at_ms, expires_at_ms, pin_key) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             ON CONFLICT (pin_key) DO UPDATE SET expires_at_ms = excluded.expires_at_ms \
              RETURNING id, scope, owner, server, kind, target, arguments, created_at_ms, expires_at_ms",
         )
         .bind(id)
@@ -383,7 +426,8 @@ impl AttachmentStore for SqlStore {
         .bind(target.to_owned())
         .bind(arguments)
         .bind(now)
-        .bind(pin.expires_at_ms);
+        .bind(pin.expires_at_ms)
+        .bind(key);
         let row = self.timed("pin", query.fetch_one(&self.pool)).await?;
         self.pin_from_row(&row)
     }
@@ -395,16 +439,8 @@ impl AttachmentStore for SqlStore {
         target: &AttachmentTarget,
     ) -> Result<bool, StoreError> {
         let (kind, target, arguments) = target_columns(target)?;
-        let query = sqlx::query(
-            "DELETE FROM hostpipe_pins WHERE scope = $1 AND owner = $2 AND server = $3 \
-             AND kind = $4 AND target = $5 AND arguments = $6",
-        )
-        .bind(owner.scope().as_str())
-        .bind(owner.id().to_owned())
-        .bind(server.to_owned())
-        .bind(kind)
-        .bind(target.to_owned())
-        .bind(arguments);
+        let query = sqlx::query("DELETE FROM hostpipe_pins WHERE pin_key = $1")
+            .bind(pin_key(owner, server, kind, target, &arguments));
         let done = self.timed("unpin", query.execute(&self.pool)).await?;
         Ok(done.rows_affected() > 0)
     }
@@ -448,6 +484,7 @@ impl AttachmentStore for SqlStore {
         if records.is_empty() {
             return Ok(());
         }
+        records.iter().try_for_each(InjectionRecord::validate)?;
         // One multi-row INSERT per batch of 500 (18 columns × 500 rows stays under every
         // driver's bind limit): a turn's reads are one statement, atomic on its own;
         // more batches share a transaction.
@@ -521,7 +558,13 @@ impl AttachmentStore for SqlStore {
         let pins = self.timed("prune", pins.execute(&self.pool)).await?;
         let records = match records_before_ms {
             Some(cut) => {
-                let q = sqlx::query("DELETE FROM hostpipe_reads WHERE at_ms < $1").bind(cut);
+                // In batches (PRUNE_BATCH): a long backlog never holds the write lock long.
+                let q = sqlx::query(
+                    "DELETE FROM hostpipe_reads WHERE (turn_id, seq) IN \
+                     (SELECT turn_id, seq FROM hostpipe_reads WHERE at_ms < $1 LIMIT $2)",
+                )
+                .bind(cut)
+                .bind(i64::try_from(hostpipe_core::store::PRUNE_BATCH).unwrap_or(i64::MAX));
                 self.timed("prune", q.execute(&self.pool))
                     .await?
                     .rows_affected()
@@ -571,8 +614,16 @@ fn normalize_url(url: &str) -> Result<(Backend, String), StoreError> {
         store: describe_url(url),
         message,
     };
-    let scheme = url.split_once(':').map_or("", |(s, _)| s);
-    match scheme {
+    let scheme = url
+        .split_once(':')
+        .map_or(String::new(), |(s, _)| s.to_ascii_lowercase());
+    // sqlx matches schemes case-sensitively; URL schemes are not (RFC 3986 §3.1).
+    let url = match url.split_once(':') {
+        Some((_, rest)) => format!("{scheme}:{rest}"),
+        None => url.to_owned(),
+    };
+    let url = url.as_str();
+    match scheme.as_str() {
         "postgres" | "postgresql" => Ok((Backend::Postgres, url.to_owned())),
         "sqlite" => {
             let rest = url
@@ -616,22 +667,44 @@ fn normalize_url(url: &str) -> Result<(Backend, String), StoreError> {
     }
 }
 
-/// `url` without its password, for messages.
+/// `url` without its password (in the authority or a `password=` parameter), for
+/// messages.
 fn describe_url(url: &str) -> String {
-    match AnyConnectOptions::from_str(url) {
+    let mut s = match AnyConnectOptions::from_str(url) {
         Ok(o) => {
             let mut u = o.database_url;
             if u.password().is_some() {
                 let _ = u.set_password(Some("***"));
             }
-            let mut s = u.to_string();
-            if let Some(i) = s.find("?mode=rwc") {
-                s.truncate(i);
+            let query: Vec<(String, String)> = u
+                .query_pairs()
+                .map(|(k, v)| {
+                    let v = if k.eq_ignore_ascii_case("password") {
+                        "***".to_owned()
+                    } else {
+                        v.into_owned()
+                    };
+                    (k.into_owned(), v)
+                })
+                .filter(|(k, v)| !(k == "mode" && v == "rwc"))
+                .collect();
+            if query.is_empty() {
+                u.set_query(None);
+            } else {
+                u.query_pairs_mut().clear().extend_pairs(query);
             }
-            s
+            u.to_string()
         }
-        Err(_) => url.split('@').next_back().unwrap_or(url).to_owned(),
+        // Unparsable (e.g. a `/` or `#` in the password): keep the scheme and the host.
+        Err(_) => match (url.split_once("://"), url.rsplit_once('@')) {
+            (Some((scheme, _)), Some((_, host))) => format!("{scheme}://***@{host}"),
+            _ => url.split('?').next().unwrap_or(url).to_owned(),
+        },
+    };
+    if s.ends_with('?') {
+        s.pop();
     }
+    s
 }
 
 /// The error with its causes ("error returned from database: relation … does not exist").

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::panic)]
 
 use hostpipe_core::store::check_store;
 
@@ -51,10 +51,31 @@ async fn bad_urls_say_what_is_wrong() {
         .unwrap_err()
         .to_string();
     assert!(!e.contains("secret"), "{e}");
+    assert!(e.contains("Connection refused"), "the cause is named: {e}");
     assert!(
         e.starts_with("cannot open the attachment store postgres://me:***@127.0.0.1:1/db: "),
         "{e}"
     );
+    for url in [
+        "postgres://127.0.0.1:1/db?user=me&password=secret",
+        "postgres://me:se/cr#et@127.0.0.1:1/db",
+    ] {
+        let e = SqlStore::open(url).await.unwrap_err().to_string();
+        assert!(!e.contains("secret") && !e.contains("cr#et"), "{e}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.db");
+    std::fs::write(
+        &junk,
+        "not a database, not at all, really not a database file",
+    )
+    .unwrap();
+    let e = SqlStore::open_sqlite(&junk).await.unwrap_err().to_string();
+    assert!(e.contains("file is not a database"), "{e}");
+    let upper = format!("SQLITE:{}", dir.path().join("upper.db").display());
+    if let Err(e) = SqlStore::open(&upper).await {
+        panic!("schemes are case-insensitive: {e}");
+    }
 }
 
 #[test]
@@ -68,7 +89,9 @@ fn sqlite_urls_keep_special_characters_in_the_file_name() {
 #[tokio::test]
 async fn a_turn_with_more_reads_than_one_statement_takes_is_kept_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqlStore::open_sqlite(&dir.path().join("h.db")).await.unwrap();
+    let store = SqlStore::open_sqlite(&dir.path().join("h.db"))
+        .await
+        .unwrap();
     let records: Vec<InjectionRecord> = (0..1201u32)
         .map(|seq| InjectionRecord {
             turn_id: "t".into(),
