@@ -129,8 +129,6 @@ pub struct StoreSection {
     pub history_retention_days: u32,
 }
 
-
-
 /// The data directory: `HOSTPIPE_DATA_DIR` if set, else the platform's per-user data
 /// directory (`$XDG_DATA_HOME/hostpipe`, `~/.local/share/hostpipe` on Linux).
 ///
@@ -212,6 +210,9 @@ pub struct LoadedConfig {
     pub summarizers: BTreeMap<String, SummarizerSection>,
     /// Pins and read history.
     pub store: StoreSection,
+    /// Who answers `ask` decisions of the pipelines' consent policies (none: `ask`
+    /// denies). Set it before [`LoadedConfig::build_pipelines`].
+    pub approver: Option<Arc<dyn hostpipe_core::Approver>>,
     pipelines: BTreeMap<String, toml::Table>,
 }
 
@@ -310,6 +311,7 @@ pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
         servers,
         summarizers: file.summarizers,
         store: file.store,
+        approver: None,
         pipelines: file.pipelines,
     })
 }
@@ -506,7 +508,7 @@ impl LoadedConfig {
             for key in table.keys() {
                 let known = matches!(
                     key.as_str(),
-                    "stages" | "runner" | "system_prompt" | "turn_timeout_ms"
+                    "stages" | "runner" | "system_prompt" | "turn_timeout_ms" | "consent"
                 ) || stages.contains(key)
                     || *key == runner;
                 if !known {
@@ -519,6 +521,21 @@ impl LoadedConfig {
                     )));
                 }
             }
+            let consent = match table.get("consent") {
+                None => None,
+                Some(v) => {
+                    let value = serde_json::to_value(v)
+                        .map_err(|e| err(ConfigError::new(at("consent"), e.to_string())))?;
+                    let config: hostpipe_core::ConsentConfig = hostpipe_core::parse_section(&value)
+                        .map_err(|e| err(e.under(&at("consent"))))?;
+                    let policy = hostpipe_core::ConsentPolicy::new(config)
+                        .map_err(|e| err(e.under(&at("consent"))))?;
+                    Some(Arc::new(hostpipe_core::Consent::new(
+                        policy,
+                        self.approver.clone(),
+                    )))
+                }
+            };
             let ctx = BuildContext {
                 pipeline_id: id.clone(),
                 mcp: Arc::clone(&mcp),
@@ -558,6 +575,11 @@ impl LoadedConfig {
                 )
                 .with_turn_timeout(turn_timeout),
             );
+            if let Some(c) = consent
+                && let Some(p) = out.remove(id)
+            {
+                out.insert(id.clone(), p.with_consent(c));
+            }
         }
         Ok(out)
     }

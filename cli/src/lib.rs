@@ -2,6 +2,7 @@
 //! demo MCP server ([`demo`]) and [`App`], which wires the registry, the MCP host and
 //! the pipelines together. `main.rs` is only argument parsing and output.
 
+pub mod approver;
 pub mod bench;
 pub mod config;
 pub mod demo;
@@ -65,6 +66,7 @@ impl App {
         if let Some((name, settings)) = runner {
             config.override_runner(name, settings);
         }
+        config.approver = Some(Arc::new(approver::TerminalApprover::new()));
         let registry = registry()?;
         let host = Arc::new(McpHost::new(config.servers.clone(), config.host.clone()));
         let pipelines = config.build_pipelines(&registry, host.clone())?;

@@ -1052,7 +1052,8 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 outln!("no reads match");
                 return Ok(ExitCode::SUCCESS);
             }
-            let mut table = new_table([
+            let with_consent = records.iter().any(|r| r.read.consent.is_some());
+            let mut header = vec![
                 "time",
                 "turn",
                 "conversation",
@@ -1065,10 +1066,14 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 "treatment",
                 "ms",
                 "error",
-            ]);
+            ];
+            if with_consent {
+                header.push("consent");
+            }
+            let mut table = new_table(header);
             for r in &records {
                 let read = &r.read;
-                table.add_row([
+                let mut row = vec![
                     format_time(r.at_ms),
                     // The UUID v7's last 8 hex digits: random, so they tell turns apart.
                     r.turn_id[r.turn_id.len().saturating_sub(8)..].to_owned(),
@@ -1076,7 +1081,11 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                     r.pipeline.clone(),
                     read.server.clone(),
                     read.uri.clone(),
-                    read.scope.as_str().to_owned(),
+                    // A read the model asked for has no attachment scope.
+                    match read.origin {
+                        hostpipe_core::ReadOrigin::Model => "model".to_owned(),
+                        hostpipe_core::ReadOrigin::Host => read.scope.as_str().to_owned(),
+                    },
                     read.bytes.to_string(),
                     format!(
                         "{}{} → {}",
@@ -1093,7 +1102,11 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                     },
                     read.elapsed_ms.to_string(),
                     read.error.clone().unwrap_or_default(),
-                ]);
+                ];
+                if with_consent {
+                    row.push(read.consent.clone().unwrap_or_default());
+                }
+                table.add_row(row);
             }
             outln!("{table}");
             Ok(ExitCode::SUCCESS)
@@ -1227,11 +1240,11 @@ fn format_time(unix_ms: i64) -> String {
     )
 }
 
-fn new_table<const N: usize>(header: [&str; N]) -> comfy_table::Table {
+fn new_table<'a>(header: impl IntoIterator<Item = &'a str>) -> comfy_table::Table {
     let mut table = comfy_table::Table::new();
     table
         .load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
         .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
-        .set_header(header);
+        .set_header(header.into_iter().collect::<Vec<_>>());
     table
 }

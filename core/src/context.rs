@@ -148,6 +148,12 @@ pub enum FallbackReason {
     },
     /// The budget had no room left for even a truncated copy.
     NoBudget,
+    /// The consent policy (or the user asked) did not allow the read; nothing was sent
+    /// to the server. The resource may well exist.
+    Withheld {
+        /// How it was decided ([`Verdict::how`](crate::Verdict::how)).
+        decision: String,
+    },
 }
 
 /// The content of a block.

@@ -17,9 +17,11 @@
 //! Core reads no environment variables and no files: configuration arrives as typed
 //! values or as a `serde_json::Value` section that each stage deserializes.
 
+pub mod consent;
 pub mod context;
 pub mod error;
 pub mod extensions;
+pub mod fence;
 pub mod model;
 pub mod pipeline;
 pub mod registry;
@@ -33,12 +35,17 @@ pub mod tool;
 pub mod trace;
 pub mod turn;
 
+pub use consent::{
+    Approver, Consent, ConsentAnswer, ConsentConfig, ConsentPolicy, ConsentRequest, ConsentRule,
+    Decision, ReadOrigin, Verdict,
+};
 pub use context::{
     ArgumentValue, Attachment, AttachmentTarget, BlockBody, BlockSource, ContextBlock,
     FallbackReason, Scope, TemplateRef, Treatment, TruncationSide, VariableRef,
 };
 pub use error::{ConfigError, RunError, SourceError, StageError};
 pub use extensions::Extensions;
+pub use fence::Fence;
 pub use model::{ModelProfile, ModelProfileError};
 pub use pipeline::{Pipeline, Prepared, TurnOutcome};
 pub use registry::{
@@ -59,7 +66,7 @@ pub use store::{
 pub use summarize::{SummarizeError, Summarizer};
 pub use tokens::{Encoding, Tokenizer, Truncation};
 pub use tool::{ToolError, ToolExecutor, ToolOrigin, ToolSpec};
-pub use trace::{ReadRecord, Trace, TraceEvent, TraceRecord};
+pub use trace::{ReadRecord, ReadSink, Trace, TraceEvent, TraceRecord};
 pub use turn::{BoundServer, HistoryMessage, Turn, TurnIds, UserMessage, Variables};
 
 #[doc(hidden)]

@@ -38,6 +38,7 @@ pub struct Pipeline {
     system_prompt: Option<String>,
     turn_timeout: Option<Duration>,
     store: Option<Arc<dyn AttachmentStore>>,
+    consent: Option<Arc<crate::consent::Consent>>,
 }
 
 /// How a turn ended.
@@ -95,7 +96,22 @@ impl Pipeline {
             system_prompt,
             turn_timeout: Some(Self::DEFAULT_TURN_TIMEOUT),
             store: None,
+            consent: None,
         }
+    }
+
+    /// Gives the pipeline a consent gate: every turn's reads, the stages' and the
+    /// model's, are checked against its policy before they reach a server
+    /// ([`crate::consent`]).
+    #[must_use]
+    pub fn with_consent(mut self, consent: Arc<crate::consent::Consent>) -> Self {
+        self.consent = Some(consent);
+        self
+    }
+
+    /// The consent gate, if the pipeline has one.
+    pub fn consent(&self) -> Option<&Arc<crate::consent::Consent>> {
+        self.consent.as_ref()
     }
 
     /// How long the pipeline waits on one [`AttachmentStore`] call: 5 s.
@@ -162,15 +178,18 @@ impl Pipeline {
         if turn.system_prompt.is_none() {
             turn.system_prompt.clone_from(&self.system_prompt);
         }
+        if turn.consent.is_none() {
+            turn.consent.clone_from(&self.consent);
+        }
         self.load_pins(&mut turn).await;
         let prepared = self.run_stages(&mut turn).await;
         match prepared {
             Prepared::Request(request, mut trace) => {
-                self.record_reads(&turn.ids, &mut trace).await;
+                self.record_reads(&turn.ids, &mut trace, 0).await;
                 Prepared::Request(request, trace)
             }
             Prepared::Ended(mut outcome) => {
-                self.record_reads(&turn.ids, &mut outcome.trace).await;
+                self.record_reads(&turn.ids, &mut outcome.trace, 0).await;
                 Prepared::Ended(outcome)
             }
         }
@@ -199,12 +218,13 @@ impl Pipeline {
         }
     }
 
-    /// Writes the turn's resource reads to the store's history.
-    async fn record_reads(&self, ids: &crate::turn::TurnIds, trace: &mut Trace) {
+    /// Writes the turn's resource reads from the `from`-th on to the store's history.
+    async fn record_reads(&self, ids: &crate::turn::TurnIds, trace: &mut Trace, from: usize) {
         let Some(store) = &self.store else { return };
         let records: Vec<InjectionRecord> = trace
             .reads()
             .enumerate()
+            .skip(from)
             .map(|(seq, read)| InjectionRecord {
                 turn_id: trace.turn_id().to_owned(),
                 seq: u32::try_from(seq).unwrap_or(u32::MAX),
@@ -296,6 +316,11 @@ impl Pipeline {
             Prepared::Ended(outcome) => return outcome,
         };
         let result = collect_reply(self.runner.as_ref(), &request).await;
+        // The model's own reads (read_resource) happened during the runner.
+        let before = trace.reads().count();
+        if trace.collect_reads() > 0 {
+            self.record_reads(&request.ids, &mut trace, before).await;
+        }
         let (reply, run, failed, error) = match result {
             Ok(run) => (run.text.clone(), Some(run), false, None),
             Err(e) => (
@@ -411,6 +436,8 @@ mod tests {
                         elapsed_ms: 1,
                         cache_hit: false,
                         error: None,
+                        origin: crate::ReadOrigin::Host,
+                        consent: None,
                     }));
             }
             Ok(StageOutcome::Continue)

@@ -45,6 +45,11 @@ pub struct RunRequest {
     /// Every resource read of the turn (including those left out, refused or failed),
     /// from the trace, for runners that report on them.
     pub reads: Vec<ReadRecord>,
+    /// The turn's fence: runners that render resource text for a model put it inside
+    /// this fence ([`crate::fence`]). Not serialized: a remote agent gets the blocks as
+    /// data and fences them itself.
+    #[serde(skip)]
+    pub fence: crate::fence::Fence,
 }
 
 impl RunRequest {
@@ -63,6 +68,7 @@ impl RunRequest {
             tool_executor: turn.tool_executor.clone(),
             model: (*turn.model).clone(),
             reads: turn.trace.reads().cloned().collect(),
+            fence: turn.fence.clone(),
         }
     }
 

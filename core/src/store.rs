@@ -683,6 +683,12 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
         elapsed_ms: 12,
         cache_hit: true,
         error: error.map(str::to_owned),
+        origin: if error.is_some() {
+            crate::ReadOrigin::Model
+        } else {
+            crate::ReadOrigin::Host
+        },
+        consent: error.map(|_| "denied by rule 1 (uri kb://z)".to_owned()),
     };
     let turn = |id: &str, at_ms: i64, conversation: &str, reads: Vec<ReadRecord>| {
         reads

@@ -35,8 +35,15 @@ pub struct ReadRecord {
     /// Whether the content came from hostpipe's cache instead of a `resources/read`.
     #[serde(default)]
     pub cache_hit: bool,
-    /// The error, if the read failed.
+    /// The error, if the read failed (or was withheld: `withheld: …`).
     pub error: Option<String>,
+    /// Who chose the read: the host (an attachment) or the model (`read_resource`).
+    #[serde(default)]
+    pub origin: crate::consent::ReadOrigin,
+    /// The consent decision, when the pipeline has a consent policy
+    /// ([`Verdict::how`](crate::Verdict::how)).
+    #[serde(default)]
+    pub consent: Option<String>,
 }
 
 /// What happened.
@@ -104,6 +111,31 @@ pub struct TraceRecord {
     pub event: TraceEvent,
 }
 
+/// Where code that runs outside the stages (the model's tool calls, during the runner)
+/// reports its resource reads; [`Trace::collect_reads`] moves them into the trace.
+/// Cloning shares the sink.
+#[derive(Debug, Clone, Default)]
+pub struct ReadSink(std::sync::Arc<std::sync::Mutex<Vec<ReadRecord>>>);
+
+impl ReadSink {
+    /// Reports a read.
+    pub fn push(&self, record: ReadRecord) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(record);
+    }
+
+    fn take(&self) -> Vec<ReadRecord> {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
 /// The trace of one turn, in the order events were recorded.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Trace {
@@ -112,6 +144,8 @@ pub struct Trace {
     #[serde(skip, default = "Instant::now")]
     started: Instant,
     records: Vec<TraceRecord>,
+    #[serde(skip)]
+    sink: ReadSink,
 }
 
 impl Default for Trace {
@@ -121,6 +155,7 @@ impl Default for Trace {
             started_at_ms: crate::store::unix_ms_now(),
             started: Instant::now(),
             records: Vec::new(),
+            sink: ReadSink::default(),
         }
     }
 }
@@ -135,6 +170,22 @@ impl Trace {
     /// history ([`InjectionRecord::turn_id`](crate::InjectionRecord::turn_id)) keys on it.
     pub fn turn_id(&self) -> &str {
         &self.turn_id
+    }
+
+    /// The sink for reads made outside the stages (see [`ReadSink`]).
+    pub fn read_sink(&self) -> ReadSink {
+        self.sink.clone()
+    }
+
+    /// Moves the reads reported to [`Trace::read_sink`] into the trace, as
+    /// [`TraceEvent::ResourceRead`] records; returns how many.
+    pub fn collect_reads(&mut self) -> usize {
+        let reads = self.sink.take();
+        let n = reads.len();
+        for r in reads {
+            self.record(TraceEvent::ResourceRead(r));
+        }
+        n
     }
 
     /// When the turn started (Unix ms).

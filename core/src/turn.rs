@@ -135,6 +135,12 @@ pub struct Turn {
     /// have. Set by [`crate::Pipeline::prepare`] from the pipeline's turn timeout when
     /// the platform has not set it.
     pub deadline: Option<std::time::Instant>,
+    /// The pipeline's consent gate, when it has a policy; stages ask it before every
+    /// read ([`Turn::consent_for`]). Set by [`crate::Pipeline::prepare`].
+    pub consent: Option<Arc<crate::consent::Consent>>,
+    /// The fence around resource text in what the model sees, with a nonce fresh for
+    /// this turn ([`crate::fence`]).
+    pub fence: crate::fence::Fence,
 }
 
 impl Turn {
@@ -163,6 +169,40 @@ impl Turn {
     pub fn time_left(&self) -> Option<std::time::Duration> {
         self.deadline
             .map(|d| d.saturating_duration_since(std::time::Instant::now()))
+    }
+
+    /// Decides whether this turn may read `uri` from `server` ([`crate::consent`]),
+    /// asking the approver when the policy says so, never past [`Turn::deadline`].
+    /// `None` when the pipeline has no consent policy (every read is allowed).
+    pub async fn consent_for(
+        &self,
+        server: &str,
+        uri: &str,
+        origin: crate::consent::ReadOrigin,
+        reason: impl Into<String>,
+    ) -> Option<crate::consent::Verdict> {
+        let gate = self.consent.as_ref()?;
+        let request = self.consent_request(server, uri, origin, reason);
+        Some(crate::consent::check_until(gate, &request, self.deadline).await)
+    }
+
+    /// The [`ConsentRequest`](crate::ConsentRequest) for a read by this turn.
+    pub fn consent_request(
+        &self,
+        server: &str,
+        uri: &str,
+        origin: crate::consent::ReadOrigin,
+        reason: impl Into<String>,
+    ) -> crate::consent::ConsentRequest {
+        crate::consent::ConsentRequest {
+            pipeline: self.ids.pipeline.clone(),
+            conversation: self.ids.conversation.clone(),
+            sender: self.sender.clone(),
+            server: server.to_owned(),
+            uri: uri.to_owned(),
+            origin,
+            reason: reason.into(),
+        }
     }
 
     /// Whether `server` is bound for this turn (whatever its status).

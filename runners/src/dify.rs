@@ -193,7 +193,10 @@ impl DifyRunner {
         user: &str,
     ) -> Result<Vec<Value>, RunError> {
         let mut files = Vec::new();
-        for (i, (_, mime, data)) in render::images(&request.context).into_iter().enumerate() {
+        for (i, (_, mime, data)) in render::images(&request.context, &request.fence)
+            .into_iter()
+            .enumerate()
+        {
             let ext = match mime {
                 "image/png" => "png",
                 "image/jpeg" => "jpg",
@@ -253,7 +256,11 @@ impl DifyRunner {
             context.push_str("\n\n");
         }
         // Dify apps see images as files, so every model here "has vision" for them.
-        context.push_str(&render::context_text(&request.context, true));
+        context.push_str(&render::context_text(
+            &request.context,
+            true,
+            &request.fence,
+        ));
         let files = self.upload_images(request, &user).await?;
         if self.config.app_type == DifyAppType::Workflow {
             return self.workflow(request, events, &user, &context, files).await;

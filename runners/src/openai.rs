@@ -153,7 +153,7 @@ impl LocalAgentRunner {
     fn messages(&self, request: &RunRequest) -> Vec<Value> {
         let vision = request.model.vision;
         let mut system = request.system_prompt.clone().unwrap_or_default();
-        let context = render::context_text(&request.context, vision);
+        let context = render::context_text(&request.context, vision, &request.fence);
         if !context.is_empty() {
             if !system.is_empty() {
                 system.push_str("\n\n");
@@ -172,7 +172,7 @@ impl LocalAgentRunner {
             messages.push(json!({"role": role, "content": h.text}));
         }
         let images = if vision {
-            render::images(&request.context)
+            render::images(&request.context, &request.fence)
         } else {
             Vec::new()
         };
@@ -437,6 +437,7 @@ impl ToolCall {
 /// following user message (vision only). Cut to `max_tokens`.
 fn tool_result_text(
     result: &ToolCallResult,
+    fence: &hostpipe_core::Fence,
     model: &ModelProfile,
     tk: &Tokenizer,
     max_tokens: usize,
@@ -476,14 +477,14 @@ fn tool_result_text(
                     uri,
                     mime_type,
                     text,
-                } => parts.push(format!(
-                    "<resource uri=\"{uri}\"{}>\n{}\n</resource>",
-                    mime_type
-                        .as_deref()
-                        .map(|m| format!(" mime=\"{m}\""))
-                        .unwrap_or_default(),
-                    text.trim_end()
-                )),
+                } => {
+                    // A resource in a tool result is resource text: in the turn's fence.
+                    let mut attrs = vec![("uri", uri.as_str())];
+                    if let Some(m) = mime_type.as_deref() {
+                        attrs.push(("mime", m));
+                    }
+                    parts.push(fence.wrap(&attrs, text));
+                }
                 ResourceContents::Blob {
                     uri,
                     mime_type,
@@ -679,6 +680,7 @@ impl LocalAgentRunner {
                     Ok(result) => {
                         let (text, mut more) = tool_result_text(
                             &result,
+                            &request.fence,
                             &request.model,
                             &tk,
                             self.config.max_tool_result_tokens,

@@ -89,6 +89,9 @@ pub struct PreviewReport {
     pub budget: PreviewBudget,
     /// Every resource read of the turn, with what was done to it.
     pub reads: Vec<ReadRecord>,
+    /// The context exactly as a model gets it: each block in the turn's fence
+    /// (`<resource-NONCE …>`), after the preamble.
+    pub fenced_context: String,
 }
 
 impl PreviewReport {
@@ -112,49 +115,27 @@ impl PreviewReport {
                 used_tokens: request.context_tokens(),
             },
             reads: request.reads.clone(),
+            fenced_context: crate::render::context_text(
+                &request.context,
+                request.model.vision,
+                &request.fence,
+            ),
         }
     }
 
-    /// The readable rendering: system prompt, each context block inside a
-    /// `<resource …>` element with its provenance, tools, the user message, then a
-    /// budget table.
+    /// The readable rendering: system prompt, the context exactly as the model gets it
+    /// (each block in the turn's `<resource-NONCE …>` fence with its provenance), tools,
+    /// the user message, then a budget table.
     pub fn render_text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "== model: {}", self.model);
         if let Some(s) = &self.system_prompt {
             let _ = writeln!(out, "\n== system\n{s}");
         }
+        // The same bytes the model gets (the local and dify runners put them after the
+        // system prompt).
         let _ = writeln!(out, "\n== context ({} blocks)", self.context.len());
-        for b in &self.context {
-            let _ = writeln!(
-                out,
-                "<resource server=\"{}\" uri=\"{}\" scope=\"{}\"{} treatment=\"{}\">",
-                b.server,
-                b.uri,
-                b.scope,
-                b.mime_type
-                    .as_deref()
-                    .map(|m| format!(" mime=\"{m}\""))
-                    .unwrap_or_default(),
-                treatment_label(&b.treatment)
-            );
-            match (&b.text, b.image) {
-                (Some(text), _) => {
-                    out.push_str(text);
-                    if !text.ends_with('\n') {
-                        out.push('\n');
-                    }
-                }
-                (None, Some((w, h, bytes))) => {
-                    let _ = writeln!(
-                        out,
-                        "[image {w}×{h} px, {bytes} bytes, sent as an image part]"
-                    );
-                }
-                (None, None) => {}
-            }
-            out.push_str("</resource>\n");
-        }
+        out.push_str(&self.fenced_context);
         let _ = writeln!(out, "\n== tools ({})", self.tools.len());
         for t in &self.tools {
             let _ = writeln!(out, "- {}: {}", t.name, first_line(&t.description));

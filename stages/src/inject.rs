@@ -22,8 +22,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 use hostpipe_core::{
     ArgumentValue, Attachment, AttachmentTarget, BlockSource, BuildContext, ConfigError,
-    FallbackReason, McpSource, ReadRecord, ResourceContents, ResourceRead, Scope, SourceError,
-    Stage, StageError, StageOutcome, StagePhase, TemplateRef, Tokenizer, TraceEvent,
+    FallbackReason, McpSource, ReadOrigin, ReadRecord, ResourceContents, ResourceRead, Scope,
+    SourceError, Stage, StageError, StageOutcome, StagePhase, TemplateRef, Tokenizer, TraceEvent,
     TruncationSide, Turn,
 };
 use serde::Deserialize;
@@ -491,6 +491,8 @@ struct Planned {
     strategy: Strategy,
     /// Contents that came with the attachment (nothing to read).
     embedded: Option<ResourceContents>,
+    /// The consent decision, when the pipeline has a policy.
+    consent: Option<String>,
 }
 
 /// One attachment after reading.
@@ -566,6 +568,8 @@ fn record(
         elapsed_ms,
         cache_hit: false,
         error,
+        origin: hostpipe_core::ReadOrigin::Host,
+        consent: None,
     }
 }
 
@@ -637,7 +641,35 @@ impl Stage for ResourceContextInjection {
                 listed,
                 strategy: strategy.unwrap_or(self.config.strategy),
                 embedded,
+                consent: None,
             });
+        }
+        // Consent before any read: a withheld read never reaches the server, and the
+        // model is told it was withheld (docs/consent.md).
+        if turn.consent.is_some() {
+            for p in &mut planned {
+                let uri = match &p.uri {
+                    Ok(uri) if p.embedded.is_none() => uri.clone(),
+                    _ => continue,
+                };
+                let reason = format!("attached at {} scope", p.source.scope.as_str());
+                let Some(verdict) = turn
+                    .consent_for(&p.source.server, &uri, ReadOrigin::Host, reason)
+                    .await
+                else {
+                    continue;
+                };
+                if !verdict.allowed {
+                    p.uri = Err(Failure {
+                        trace: format!("withheld: {}", verdict.how),
+                        model: "reading it was not allowed",
+                        reason: FallbackReason::Withheld {
+                            decision: verdict.how.clone(),
+                        },
+                    });
+                }
+                p.consent = Some(verdict.how);
+            }
         }
         // Policy before any read: audience, MIME type, size.
         let mut records = Vec::new();
@@ -728,11 +760,20 @@ impl Stage for ResourceContextInjection {
             let (contents, cache_hit) = match failure {
                 Ok(read) => (read.contents, read.cache_hit),
                 Err(failure) => {
-                    let note = format!(
-                        "[resource {} from `{}` not included: {}]",
-                        p.source.uri, p.source.server, failure.model
-                    );
-                    item_records.push(record(&p.source, None, 0, elapsed_ms, Some(failure.trace)));
+                    let note = match failure.reason {
+                        // Not "not included": the model must not conclude it does not exist.
+                        FallbackReason::Withheld { .. } => format!(
+                            "[resource {} from `{}` withheld: reading it was not allowed]",
+                            p.source.uri, p.source.server
+                        ),
+                        _ => format!(
+                            "[resource {} from `{}` not included: {}]",
+                            p.source.uri, p.source.server, failure.model
+                        ),
+                    };
+                    let mut r = record(&p.source, None, 0, elapsed_ms, Some(failure.trace));
+                    r.consent.clone_from(&p.consent);
+                    item_records.push(r);
                     items.push(Item {
                         source: p.source,
                         mime_type: None,
@@ -818,6 +859,7 @@ impl Stage for ResourceContextInjection {
                 }
                 let mut r = record(&source, mime.clone(), bytes, elapsed_ms, None);
                 r.cache_hit = cache_hit;
+                r.consent.clone_from(&p.consent);
                 item_records.push(r);
                 items.push(Item {
                     source,

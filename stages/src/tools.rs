@@ -6,10 +6,12 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use hostpipe_core::trace::ReadSink;
 use hostpipe_core::{
-    BuildContext, ConfigError, McpSource, ModelProfile, Stage, StageError, StageOutcome,
-    StagePhase, Tokenizer, ToolCallResult, ToolContent, ToolError, ToolExecutor, ToolOrigin,
-    ToolSpec, TraceEvent, TruncationSide, Turn,
+    BuildContext, ConfigError, Consent, ConsentRequest, Fence, McpSource, ModelProfile, ReadOrigin,
+    ReadRecord, ResourceContents, Scope, Stage, StageError, StageOutcome, StagePhase, Tokenizer,
+    ToolCallResult, ToolContent, ToolError, ToolExecutor, ToolOrigin, ToolSpec, TraceEvent,
+    Treatment, TruncationSide, Turn,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -186,6 +188,15 @@ impl Stage for ToolAssembly {
             routes,
             model: Arc::clone(&turn.model),
             max_read_tokens: self.config.max_read_tokens,
+            consent: turn.consent.clone(),
+            asker: turn.consent_request(
+                "",
+                "",
+                ReadOrigin::Model,
+                "the model called read_resource",
+            ),
+            reads: turn.trace.read_sink(),
+            fence: turn.fence.clone(),
         }));
         Ok(StageOutcome::Continue)
     }
@@ -214,13 +225,21 @@ fn exploration_tools(servers: &[String]) -> [ToolSpec; 2] {
     ]
 }
 
-/// Executes tool calls for one turn; refuses servers not bound for it.
+/// Executes tool calls for one turn; refuses servers not bound for it. Every
+/// `read_resource` is checked against the pipeline's consent policy (as a model read)
+/// and reported to the turn's [`ReadSink`], so it lands in the trace and the history.
 pub struct BoundTools {
     mcp: Arc<dyn McpSource>,
     bound: Vec<String>,
     routes: BTreeMap<String, ToolOrigin>,
     model: Arc<ModelProfile>,
     max_read_tokens: usize,
+    consent: Option<Arc<Consent>>,
+    /// The turn's ids for consent requests (server and URI filled in per read).
+    asker: ConsentRequest,
+    reads: ReadSink,
+    /// The turn's fence: resource text goes to the model inside it.
+    fence: Fence,
 }
 
 impl BoundTools {
@@ -292,7 +311,66 @@ impl BoundTools {
                 message: "`uri` (a string) is required".into(),
             }
         })?;
-        let contents = self.mcp.read_resource(server, uri).await?.contents;
+        let started = std::time::Instant::now();
+        let mut record = ReadRecord {
+            server: server.to_owned(),
+            uri: uri.to_owned(),
+            mime_type: None,
+            scope: Scope::Message,
+            bytes: 0,
+            tokens_before: 0,
+            tokens_estimated: false,
+            tokens_after: 0,
+            treatment: Treatment::Whole,
+            elapsed_ms: 0,
+            cache_hit: false,
+            error: None,
+            origin: ReadOrigin::Model,
+            consent: None,
+        };
+        if let Some(gate) = &self.consent {
+            let request = ConsentRequest {
+                server: server.to_owned(),
+                uri: uri.to_owned(),
+                ..self.asker.clone()
+            };
+            let verdict = gate.check(&request).await;
+            if !verdict.allowed {
+                record.error = Some(format!("withheld: {}", verdict.how));
+                record.treatment = Treatment::Omitted;
+                record.consent = Some(verdict.how);
+                self.reads.push(record);
+                // Withheld, not missing: the model must not conclude it does not exist.
+                return Ok(ToolCallResult {
+                    content: vec![ToolContent::Text {
+                        text: format!(
+                            "[resource {uri} from `{server}` withheld: reading it was not allowed]"
+                        ),
+                    }],
+                    structured_content: None,
+                    is_error: true,
+                });
+            }
+            record.consent = Some(verdict.how);
+        }
+        let read = self.mcp.read_resource(server, uri).await;
+        record.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let read = match read {
+            Ok(r) => r,
+            Err(e) => {
+                record.error = Some(e.to_string());
+                record.treatment = Treatment::Omitted;
+                self.reads.push(record);
+                return Err(e.into());
+            }
+        };
+        record.cache_hit = read.cache_hit;
+        let contents = read.contents;
+        record.bytes = contents.iter().map(ResourceContents::byte_len).sum();
+        record.mime_type = contents
+            .first()
+            .and_then(|c| c.mime_type())
+            .map(str::to_owned);
         let tk = Tokenizer::new(self.model.encoding).map_err(|e| ToolError::InvalidArguments {
             tool: READ_RESOURCE.into(),
             message: e.to_string(),
@@ -307,10 +385,31 @@ impl BoundTools {
                     &ConvertLimits::default(),
                 ) {
                     Converted::Text(text) => {
-                        let text = tk
-                            .truncate(&text, self.max_read_tokens, TruncationSide::Head)
-                            .map_or(text, |t| t.text);
-                        ToolContent::Text { text }
+                        let before = tk.count(&text);
+                        record.tokens_before += before;
+                        let text =
+                            match tk.truncate(&text, self.max_read_tokens, TruncationSide::Head) {
+                                Some(t) if before > self.max_read_tokens => {
+                                    record.tokens_after += t.tokens;
+                                    record.treatment = Treatment::Truncated {
+                                        side: TruncationSide::Head,
+                                        omitted_tokens: t.omitted_tokens,
+                                    };
+                                    t.text
+                                }
+                                _ => {
+                                    record.tokens_after += before;
+                                    text
+                                }
+                            };
+                        // Resource text: in the turn's fence, like injected context.
+                        let mut attrs = vec![("server", server), ("uri", uri)];
+                        if let Some(m) = record.mime_type.as_deref() {
+                            attrs.push(("mime", m));
+                        }
+                        ToolContent::Text {
+                            text: self.fence.wrap(&attrs, &text),
+                        }
                     }
                     Converted::Image {
                         mime_type, data, ..
@@ -321,6 +420,7 @@ impl BoundTools {
                 },
             );
         }
+        self.reads.push(record);
         Ok(ToolCallResult {
             content,
             structured_content: None,

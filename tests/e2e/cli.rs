@@ -27,7 +27,7 @@ fn run_on_the_embedded_default_previews_blocks_from_the_demo_server() {
     let (ok, stdout, stderr) = hostpipe(&["run", "What does the config say?"]);
     assert!(ok, "{stderr}");
     assert!(
-        stdout.contains("<resource server=\"demo\" uri=\"demo://config/app.json\""),
+        stdout.contains(" server=\"demo\" uri=\"demo://config/app.json\""),
         "{stdout}"
     );
     assert!(stdout.contains("\"service\": \"acme-assistant\""));

@@ -11,6 +11,7 @@
 
 mod cli;
 mod config;
+mod consent;
 mod content;
 mod everything;
 mod failures;

@@ -398,7 +398,7 @@ async fn the_cli_runs_the_local_runner_without_a_config_file() {
     assert_eq!(body["model"], "qwen3");
     let system = body["messages"][0]["content"].as_str().unwrap();
     assert!(
-        system.contains("<resource server=\"demo\" uri=\"demo://config/app.json\""),
+        system.contains(" server=\"demo\" uri=\"demo://config/app.json\""),
         "{system}"
     );
 }
@@ -698,7 +698,7 @@ mod dify {
         assert_eq!(keys, ["context", "group_id"]);
         let context = bodies[0]["inputs"]["context"].as_str().unwrap();
         assert!(
-            context.contains("<resource server=\"demo\" uri=\"demo://images/logo.png\""),
+            context.contains(" server=\"demo\" uri=\"demo://images/logo.png\""),
             "{context}"
         );
         assert_eq!(bodies[0]["user"], "user-42");

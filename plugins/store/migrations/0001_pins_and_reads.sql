@@ -39,6 +39,8 @@ CREATE TABLE hostpipe_reads (
     duration_ms      BIGINT NOT NULL,
     cache_hit        BIGINT NOT NULL, -- 1: served from hostpipe's content cache
     error            TEXT,            -- NULL: the read succeeded
+    origin           TEXT NOT NULL,   -- 'host' (an attachment) | 'model' (read_resource)
+    consent          TEXT,            -- the consent decision; NULL: the pipeline has no policy
     PRIMARY KEY (turn_id, seq)
 );
 

@@ -34,7 +34,7 @@ use async_trait::async_trait;
 use hostpipe_core::store::{new_pin_id, unix_ms_now};
 use hostpipe_core::{
     ArgumentValue, AttachmentStore, AttachmentTarget, HistoryQuery, InjectionRecord, NewPin, Pin,
-    PinOwner, Pruned, ReadRecord, Scope, StoreError,
+    PinOwner, Pruned, ReadOrigin, ReadRecord, Scope, StoreError,
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -282,6 +282,14 @@ impl SqlStore {
                 elapsed_ms: u64::try_from(count("duration_ms")?).unwrap_or(u64::MAX),
                 cache_hit: count("cache_hit")? != 0,
                 error: row.try_get("error").map_err(get)?,
+                origin: match row.try_get::<String, _>("origin").map_err(get)?.as_str() {
+                    "host" => ReadOrigin::Host,
+                    "model" => ReadOrigin::Model,
+                    other => {
+                        return Err(self.corrupt("record", format!("unknown origin `{other}`")));
+                    }
+                },
+                consent: row.try_get("consent").map_err(get)?,
             },
         })
     }
@@ -338,7 +346,7 @@ fn target_columns(target: &AttachmentTarget) -> Result<(&'static str, &str, Stri
 }
 
 /// Columns of `hostpipe_reads` that [`SqlStore::record`] binds.
-const RECORD_COLUMNS: usize = 18;
+const RECORD_COLUMNS: usize = 20;
 
 /// Rows per INSERT statement.
 const RECORD_BATCH: usize = 500;
@@ -350,7 +358,7 @@ fn insert_records(
     let mut sql = String::from(
         "INSERT INTO hostpipe_reads (turn_id, seq, at_ms, pipeline, conversation, message, \
          server, uri, mime_type, scope, bytes, tokens_before, tokens_estimated, tokens_after, \
-         treatment, duration_ms, cache_hit, error) VALUES ",
+         treatment, duration_ms, cache_hit, error, origin, consent) VALUES ",
     );
     for i in 0..batch.len() {
         sql.push_str(if i > 0 { ", (" } else { "(" });
@@ -384,7 +392,9 @@ fn insert_records(
             .bind(treatment)
             .bind(i64::try_from(r.read.elapsed_ms).unwrap_or(i64::MAX))
             .bind(i64::from(r.read.cache_hit))
-            .bind(r.read.error.clone());
+            .bind(r.read.error.clone())
+            .bind(r.read.origin.as_str())
+            .bind(r.read.consent.clone());
     }
     q
 }
@@ -485,7 +495,7 @@ impl AttachmentStore for SqlStore {
             return Ok(());
         }
         records.iter().try_for_each(InjectionRecord::validate)?;
-        // One multi-row INSERT per batch of 500 (18 columns × 500 rows stays under every
+        // One multi-row INSERT per batch of 500 (20 columns × 500 rows stays under every
         // driver's bind limit): a turn's reads are one statement, atomic on its own;
         // more batches share a transaction.
         if records.len() <= RECORD_BATCH {

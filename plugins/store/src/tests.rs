@@ -113,6 +113,8 @@ async fn a_turn_with_more_reads_than_one_statement_takes_is_kept_whole() {
                 elapsed_ms: 0,
                 cache_hit: false,
                 error: None,
+                origin: hostpipe_core::ReadOrigin::Host,
+                consent: None,
             },
         })
         .collect();

@@ -1,0 +1,507 @@
+//! Consent: which resource reads a pipeline may make, decided before any request
+//! reaches a server.
+//!
+//! A [`ConsentPolicy`] is an ordered list of [`ConsentRule`]s (server name, URI glob)
+//! with separate decisions for the two kinds of read ([`ReadOrigin`]): *host* reads,
+//! which a user or the platform chose by attaching a resource (pipeline, conversation or
+//! message scope), and *model* reads, which the model chose through the `read_resource`
+//! exploration tool. The first rule that matches the server, the URI and the origin
+//! decides; when none does, the policy's default for the origin does.
+//!
+//! [`Decision::Ask`] goes to an [`Approver`] (the bot platform shows the request to
+//! its user); no answer within the policy's `ask_timeout_ms` counts as a denial, and so
+//! does `ask` with no approver. "Allow for this conversation" is remembered by the
+//! [`Consent`] gate for that conversation, server, URI and origin, for as long as the
+//! gate lives (the pipeline), up to [`Consent::MAX_GRANTS`] grants.
+//!
+//! A denied read never reaches the server. The model is told the resource was withheld
+//! (not that it does not exist), and the trace and the read history record the
+//! decision ([`ReadRecord::consent`](crate::ReadRecord::consent)).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use globset::{GlobBuilder, GlobMatcher};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+/// Who chose a read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadOrigin {
+    /// The host read an attachment (pipeline, conversation or message scope): a user or
+    /// the platform chose it.
+    #[default]
+    Host,
+    /// The model asked for it (the `read_resource` exploration tool).
+    Model,
+}
+
+impl ReadOrigin {
+    /// `host` or `model`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Model => "model",
+        }
+    }
+}
+
+/// What a rule (or a default) says about a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Read it.
+    Allow,
+    /// Never read it.
+    Deny,
+    /// Ask the [`Approver`]; no approver, or no answer in time, is a denial.
+    Ask,
+}
+
+/// One rule of a [`ConsentPolicy`]. A rule with neither `host` nor `model` is an error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsentRule {
+    /// The server name the rule is for; absent: every server.
+    #[serde(default)]
+    pub server: Option<String>,
+    /// A glob over URIs: `*` matches any run of characters (`/` included), `?` one
+    /// character, `[a-z]` a class, `{a,b}` alternatives; `\` escapes. Absent: every URI.
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// The decision for host reads (attachments); absent: the rule does not apply to them.
+    #[serde(default)]
+    pub host: Option<Decision>,
+    /// The decision for model reads (`read_resource`); absent: the rule does not apply.
+    #[serde(default)]
+    pub model: Option<Decision>,
+}
+
+/// `[pipelines.ID.consent]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsentConfig {
+    /// Host reads no rule matches. Default `allow`.
+    pub default_host: Decision,
+    /// Model reads no rule matches. Default `allow`.
+    pub default_model: Decision,
+    /// Rules, first match wins.
+    pub rules: Vec<ConsentRule>,
+    /// How long an `ask` waits for the approver, in milliseconds; then it is a denial.
+    /// Default 60 000.
+    pub ask_timeout_ms: u64,
+}
+
+impl Default for ConsentConfig {
+    fn default() -> Self {
+        Self {
+            default_host: Decision::Allow,
+            default_model: Decision::Allow,
+            rules: Vec::new(),
+            ask_timeout_ms: 60_000,
+        }
+    }
+}
+
+/// A checked [`ConsentConfig`]: globs compiled.
+#[derive(Debug, Clone)]
+pub struct ConsentPolicy {
+    config: ConsentConfig,
+    globs: Vec<Option<GlobMatcher>>,
+}
+
+/// Which part of the policy decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// Rule `i` (from 0).
+    Rule(usize),
+    /// The default for the origin.
+    Default,
+}
+
+impl ConsentPolicy {
+    /// Checks `config`: every glob compiles, every rule decides something.
+    ///
+    /// # Errors
+    /// [`ConfigError`] at `rules[i].uri` or `rules[i]`.
+    pub fn new(config: ConsentConfig) -> Result<Self, ConfigError> {
+        let mut globs = Vec::with_capacity(config.rules.len());
+        for (i, rule) in config.rules.iter().enumerate() {
+            if rule.host.is_none() && rule.model.is_none() {
+                return Err(ConfigError::new(
+                    format!("rules[{i}]"),
+                    "the rule decides nothing: give `host`, `model` or both (allow, deny or ask)",
+                ));
+            }
+            globs.push(match &rule.uri {
+                None => None,
+                Some(pattern) => Some(
+                    GlobBuilder::new(pattern)
+                        .literal_separator(false)
+                        .backslash_escape(true)
+                        .build()
+                        .map_err(|e| {
+                            ConfigError::new(
+                                format!("rules[{i}].uri"),
+                                format!("`{pattern}` is not a valid glob: {}", e.kind()),
+                            )
+                        })?
+                        .compile_matcher(),
+                ),
+            });
+        }
+        Ok(Self { config, globs })
+    }
+
+    /// The policy that allows everything (no rules).
+    pub fn allow_all() -> Self {
+        Self {
+            config: ConsentConfig::default(),
+            globs: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ConsentConfig {
+        &self.config
+    }
+
+    /// What the policy says about reading `uri` from `server` for `origin`.
+    pub fn decide(&self, server: &str, uri: &str, origin: ReadOrigin) -> (Decision, DecidedBy) {
+        for (i, (rule, glob)) in self.config.rules.iter().zip(&self.globs).enumerate() {
+            let decision = match origin {
+                ReadOrigin::Host => rule.host,
+                ReadOrigin::Model => rule.model,
+            };
+            let Some(decision) = decision else { continue };
+            if rule.server.as_deref().is_some_and(|s| s != server) {
+                continue;
+            }
+            if glob.as_ref().is_some_and(|g| !g.is_match(uri)) {
+                continue;
+            }
+            return (decision, DecidedBy::Rule(i));
+        }
+        let default = match origin {
+            ReadOrigin::Host => self.config.default_host,
+            ReadOrigin::Model => self.config.default_model,
+        };
+        (default, DecidedBy::Default)
+    }
+
+    /// `rule 2 (server kb, uri kb://secret/*)` or `the default for host reads`.
+    fn describe(&self, by: DecidedBy, origin: ReadOrigin) -> String {
+        match by {
+            DecidedBy::Default => format!("the default for {} reads", origin.as_str()),
+            DecidedBy::Rule(i) => {
+                let rule = &self.config.rules[i];
+                let mut parts = Vec::new();
+                if let Some(s) = &rule.server {
+                    parts.push(format!("server {s}"));
+                }
+                if let Some(u) = &rule.uri {
+                    parts.push(format!("uri {u}"));
+                }
+                if parts.is_empty() {
+                    format!("rule {}", i + 1)
+                } else {
+                    format!("rule {} ({})", i + 1, parts.join(", "))
+                }
+            }
+        }
+    }
+}
+
+/// A read the policy says to ask about, as an [`Approver`] gets it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsentRequest {
+    /// The pipeline.
+    pub pipeline: String,
+    /// The conversation, if any ("allow for this conversation" needs one).
+    pub conversation: Option<String>,
+    /// Who sent the message (platform user id), if known.
+    pub sender: Option<String>,
+    /// The MCP server.
+    pub server: String,
+    /// The resource URI.
+    pub uri: String,
+    /// Who chose the read.
+    pub origin: ReadOrigin,
+    /// Why it is being read, for the user: e.g. "attached to this conversation",
+    /// "the model called read_resource".
+    pub reason: String,
+}
+
+/// An approver's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsentAnswer {
+    /// This read only.
+    AllowOnce,
+    /// This and every later read of the same server, URI and origin in this
+    /// conversation (without a conversation: this read only).
+    AllowConversation,
+    /// Do not read it.
+    Deny,
+}
+
+/// Asks a person. A bot platform shows the request (server, URI, who asked, why) and
+/// returns the user's answer; the CLI asks on its terminal.
+#[async_trait]
+pub trait Approver: Send + Sync {
+    /// The answer for `request`. The gate stops waiting after the policy's
+    /// `ask_timeout_ms` (a denial), so an approver need not time out itself.
+    async fn approve(&self, request: &ConsentRequest) -> ConsentAnswer;
+}
+
+impl std::fmt::Debug for dyn Approver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Approver")
+    }
+}
+
+/// The decision on one read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Whether the read may go to the server.
+    pub allowed: bool,
+    /// How it was decided, for the trace and the history: e.g. "allowed by the default
+    /// for host reads", "denied by rule 1 (uri kb://secret/*)", "asked (rule 2): allowed
+    /// for the conversation", "asked (rule 2): no answer within 60000 ms, denied".
+    pub how: String,
+}
+
+/// A pipeline's consent gate: its policy, its approver, and the conversation grants.
+pub struct Consent {
+    policy: ConsentPolicy,
+    approver: Option<Arc<dyn Approver>>,
+    grants: Mutex<HashSet<(String, String, String, ReadOrigin)>>,
+}
+
+impl std::fmt::Debug for Consent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consent")
+            .field("policy", &self.policy.config)
+            .field("approver", &self.approver.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Consent {
+    /// Most conversation grants kept; past it, all are forgotten (and asked again).
+    pub const MAX_GRANTS: usize = 100_000;
+
+    /// A gate for `policy`, asking `approver` (none: `ask` denies).
+    pub fn new(policy: ConsentPolicy, approver: Option<Arc<dyn Approver>>) -> Self {
+        Self {
+            policy,
+            approver,
+            grants: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &ConsentPolicy {
+        &self.policy
+    }
+
+    fn grants(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String, String, ReadOrigin)>> {
+        // Every change is one insert or clear: a poisoned set is still consistent.
+        self.grants
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Decides on `request` (asking the approver when the policy says `ask`).
+    pub async fn check(&self, request: &ConsentRequest) -> Verdict {
+        let origin = request.origin;
+        let (decision, by) = self.policy.decide(&request.server, &request.uri, origin);
+        let by_text = self.policy.describe(by, origin);
+        match decision {
+            Decision::Allow => Verdict {
+                allowed: true,
+                how: format!("allowed by {by_text}"),
+            },
+            Decision::Deny => Verdict {
+                allowed: false,
+                how: format!("denied by {by_text}"),
+            },
+            Decision::Ask => self.ask(request, &by_text).await,
+        }
+    }
+
+    async fn ask(&self, request: &ConsentRequest, by: &str) -> Verdict {
+        let key = request.conversation.as_ref().map(|c| {
+            (
+                c.clone(),
+                request.server.clone(),
+                request.uri.clone(),
+                request.origin,
+            )
+        });
+        if let Some(k) = &key
+            && self.grants().contains(k)
+        {
+            return Verdict {
+                allowed: true,
+                how: format!("allowed: granted earlier for this conversation ({by} asks)"),
+            };
+        }
+        let Some(approver) = &self.approver else {
+            return Verdict {
+                allowed: false,
+                how: format!("denied: {by} asks, and there is no approver to ask"),
+            };
+        };
+        let timeout = Duration::from_millis(self.policy.config.ask_timeout_ms);
+        let answer = tokio::time::timeout(timeout, approver.approve(request)).await;
+        match answer {
+            Ok(ConsentAnswer::AllowOnce) => Verdict {
+                allowed: true,
+                how: format!("asked ({by}): allowed once"),
+            },
+            Ok(ConsentAnswer::AllowConversation) => {
+                if let Some(k) = key {
+                    let mut grants = self.grants();
+                    if grants.len() >= Self::MAX_GRANTS {
+                        grants.clear();
+                    }
+                    grants.insert(k);
+                }
+                Verdict {
+                    allowed: true,
+                    how: format!("asked ({by}): allowed for the conversation"),
+                }
+            }
+            Ok(ConsentAnswer::Deny) => Verdict {
+                allowed: false,
+                how: format!("asked ({by}): denied"),
+            },
+            Err(_) => Verdict {
+                allowed: false,
+                how: format!(
+                    "asked ({by}): no answer within {} ms, denied",
+                    timeout.as_millis()
+                ),
+            },
+        }
+    }
+}
+
+/// [`Consent::check`], but a denial when `deadline` passes first (the turn cannot wait
+/// longer for an answer).
+pub async fn check_until(
+    gate: &Consent,
+    request: &ConsentRequest,
+    deadline: Option<std::time::Instant>,
+) -> Verdict {
+    match deadline {
+        None => gate.check(request).await,
+        Some(d) => tokio::time::timeout_at(d.into(), gate.check(request))
+            .await
+            .unwrap_or_else(|_| Verdict {
+                allowed: false,
+                how: "denied: the turn's deadline passed before the approver answered".into(),
+            }),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn policy(rules: Vec<ConsentRule>) -> ConsentPolicy {
+        ConsentPolicy::new(ConsentConfig {
+            rules,
+            ..ConsentConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn rule(
+        server: Option<&str>,
+        uri: &str,
+        host: Option<Decision>,
+        model: Option<Decision>,
+    ) -> ConsentRule {
+        ConsentRule {
+            server: server.map(str::to_owned),
+            uri: Some(uri.into()),
+            host,
+            model,
+        }
+    }
+
+    #[test]
+    fn first_matching_rule_for_the_origin_decides() {
+        let p = policy(vec![
+            rule(
+                Some("kb"),
+                "kb://secret/*",
+                Some(Decision::Deny),
+                Some(Decision::Deny),
+            ),
+            rule(None, "kb://public/*", None, Some(Decision::Ask)),
+            rule(None, "*", None, Some(Decision::Deny)),
+        ]);
+        let d = |s: &str, u: &str, o| p.decide(s, u, o);
+        assert_eq!(
+            d("kb", "kb://secret/plan", ReadOrigin::Host),
+            (Decision::Deny, DecidedBy::Rule(0))
+        );
+        assert_eq!(
+            d("kb", "kb://secret/a/b", ReadOrigin::Model),
+            (Decision::Deny, DecidedBy::Rule(0))
+        );
+        // Another server: the first rule does not apply.
+        assert_eq!(
+            d("other", "kb://secret/plan", ReadOrigin::Host),
+            (Decision::Allow, DecidedBy::Default)
+        );
+        assert_eq!(
+            d("kb", "kb://public/x", ReadOrigin::Model),
+            (Decision::Ask, DecidedBy::Rule(1))
+        );
+        assert_eq!(
+            d("kb", "kb://public/x", ReadOrigin::Host),
+            (Decision::Allow, DecidedBy::Default)
+        );
+        assert_eq!(
+            d("kb", "kb://else", ReadOrigin::Model),
+            (Decision::Deny, DecidedBy::Rule(2))
+        );
+        // A glob is anchored: a prefix does not match.
+        assert_eq!(
+            d("kb", "xkb://secret/plan", ReadOrigin::Host).1,
+            DecidedBy::Default
+        );
+    }
+
+    #[test]
+    fn bad_rules_are_config_errors() {
+        let e = ConsentPolicy::new(ConsentConfig {
+            rules: vec![rule(None, "kb://[", Some(Decision::Deny), None)],
+            ..ConsentConfig::default()
+        })
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rules[0].uri: `kb://[` is not a valid glob: unclosed character class; missing ']'"
+        );
+        let e = ConsentPolicy::new(ConsentConfig {
+            rules: vec![rule(None, "*", None, None)],
+            ..ConsentConfig::default()
+        })
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("rules[0]: the rule decides nothing"),
+            "{e}"
+        );
+    }
+}
