@@ -9,6 +9,7 @@
 //! connect_timeout_ms = 30000
 //! request_timeout_ms = 30000
 //! max_list_pages = 100
+//! max_list_items = 10000
 //! content_cache_bytes = 268435456   # 0 disables the content cache
 //! content_ttl_ms = 300000
 //! max_message_bytes = 16777216
@@ -97,6 +98,8 @@ pub struct HostSection {
     pub request_timeout_ms: Option<u64>,
     /// Page cap per list.
     pub max_list_pages: Option<usize>,
+    /// Item cap per list.
+    pub max_list_items: Option<usize>,
     /// Content cache size in decoded bytes; 0 disables it.
     pub content_cache_bytes: Option<u64>,
     /// How long a cached read stays fresh, in milliseconds; 0 disables the cache.
@@ -263,6 +266,7 @@ pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
             .request_timeout_ms
             .map_or(defaults.request_timeout, Duration::from_millis),
         max_list_pages: file.host.max_list_pages.unwrap_or(defaults.max_list_pages),
+        max_list_items: file.host.max_list_items.unwrap_or(defaults.max_list_items),
         content_cache_bytes: file
             .host
             .content_cache_bytes

@@ -432,6 +432,20 @@ pub fn select(
     tk: &Tokenizer,
     count: &dyn Fn(&str) -> usize,
 ) -> Option<Selection> {
+    select_at_most(text, chunked, scores, allowance, usize::MAX, tk, count)
+}
+
+/// [`select`], keeping at most `max_chunks` chunks (at least one).
+pub fn select_at_most(
+    text: &str,
+    chunked: &Chunked,
+    scores: &[f64],
+    allowance: usize,
+    max_chunks: usize,
+    tk: &Tokenizer,
+    count: &dyn Fn(&str) -> usize,
+) -> Option<Selection> {
+    let max_chunks = max_chunks.max(1);
     let n = chunked.chunks.len();
     let mut order: Vec<usize> = (0..n).filter(|&i| scores[i] > 0.0).collect();
     if order.is_empty() {
@@ -447,6 +461,9 @@ pub fn select(
     let mut used = 0;
     let mut misses = 0;
     for (rank, i) in order.into_iter().enumerate() {
+        if kept.len() >= max_chunks {
+            break;
+        }
         let cost = chunked.cost(text, i, tk);
         if used + cost <= allowance {
             used += cost;
@@ -598,6 +615,24 @@ mod tests {
         assert!(sel.text.contains("zebra subscription"), "{}", sel.text);
         assert!(sel.tokens <= 120 && sel.tokens == tk.count(&sel.text));
         assert!(sel.text.starts_with("[chunk "), "{}", sel.text);
+    }
+
+    #[test]
+    fn at_most_max_chunks_are_kept() {
+        let mut doc = String::new();
+        for i in 0..50 {
+            let _ = writeln!(doc, "## Zebra {i}\n\nZebra fact number {i}.\n");
+        }
+        let tk = Tokenizer::new(Encoding::O200kBase).unwrap_or_else(|e| unreachable!("{e}"));
+        let chunked = split(&doc, SplitKind::Markdown, 16);
+        let scores = bm25(&doc, &chunked, &query_terms("zebra fact"));
+        let all = select(&doc, &chunked, &scores, 4000, &tk, &|s| tk.count(s))
+            .unwrap_or_else(|| unreachable!("a selection"));
+        assert!(all.kept > 3, "{}", all.kept);
+        let three = select_at_most(&doc, &chunked, &scores, 4000, 3, &tk, &|s| tk.count(s))
+            .unwrap_or_else(|| unreachable!("a selection"));
+        assert_eq!(three.kept, 3);
+        assert_eq!(three.text.matches("[chunk ").count(), 3);
     }
 
     #[test]

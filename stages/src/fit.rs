@@ -45,6 +45,8 @@ pub struct FitOptions {
     /// Below this many tokens a shrunk text is not worth sending: the lowest-ranked
     /// texts are left out instead.
     pub min_block_tokens: usize,
+    /// Most chunks kept from one text.
+    pub max_chunks: usize,
     /// The summarizer, if summaries are allowed.
     pub summarizer: Option<Arc<dyn Summarizer>>,
     /// Caches of splits and summaries.
@@ -502,7 +504,15 @@ async fn shrink(
             let scored = scored?;
             // The rendered selection's count is cached by its hash like any text's.
             let count = |s: &str| exact_count(s, content_hash(s), tk, &opts.caches);
-            let sel = chunk::select(text, &scored.chunked, &scored.scores, allowance, tk, &count)?;
+            let sel = chunk::select_at_most(
+                text,
+                &scored.chunked,
+                &scored.scores,
+                allowance,
+                opts.max_chunks,
+                tk,
+                &count,
+            )?;
             Some((
                 sel.text,
                 sel.tokens,
@@ -573,6 +583,7 @@ mod tests {
         FitOptions {
             truncate: TruncationSide::Head,
             chunk_tokens: 64,
+            max_chunks: usize::MAX,
             min_block_tokens: 16,
             summarizer: Some(Arc::new(ExtractiveSummarizer)),
             caches: Arc::new(Caches::default()),

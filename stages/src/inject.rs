@@ -92,6 +92,8 @@ pub struct InjectConfig {
     pub mime_deny: Vec<String>,
     /// Largest image decoded, in pixels (width × height). Default 40 000 000.
     pub max_image_pixels: u64,
+    /// Most chunks `chunk` keeps from one resource. Default 32.
+    pub max_chunks_per_resource: usize,
     /// Pipeline-scope attachments.
     pub attachments: Vec<AttachmentConfig>,
 }
@@ -111,6 +113,7 @@ impl Default for InjectConfig {
             mime_allow: Vec::new(),
             mime_deny: Vec::new(),
             max_image_pixels: ConvertLimits::default().max_image_pixels,
+            max_chunks_per_resource: 32,
             attachments: Vec::new(),
         }
     }
@@ -261,6 +264,7 @@ impl ResourceContextInjection {
             truncate: config.truncate,
             chunk_tokens: config.chunk_tokens,
             min_block_tokens: config.min_block_tokens,
+            max_chunks: config.max_chunks_per_resource,
             summarizer,
             caches: Arc::new(Caches::default()),
         };

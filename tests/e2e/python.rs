@@ -177,3 +177,20 @@ async fn a_page_cap_cuts_the_list_with_a_warning() {
     );
     host.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_item_cap_cuts_the_list_with_a_warning() {
+    let options = hostpipe_mcp::HostOptions {
+        max_list_items: 3,
+        ..hostpipe_mcp::HostOptions::default()
+    };
+    let host = hostpipe_mcp::McpHost::new(vec![python("paged", "paged_server.py")], options);
+    host.connect_all().await;
+    assert_eq!(host.list_resources("paged").await.unwrap().len(), 3);
+    let warnings = host.server("paged").unwrap().warnings;
+    assert_eq!(
+        warnings,
+        ["resources/list: more than 3 items (max_list_items); the list was cut at 3"]
+    );
+    host.shutdown().await;
+}

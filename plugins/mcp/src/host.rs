@@ -50,6 +50,9 @@ pub struct HostOptions {
     pub request_timeout: Duration,
     /// Pages followed per list before the list is cut with a warning. Default 100.
     pub max_list_pages: usize,
+    /// Items kept per list (resources, templates, tools, prompts) before the list is
+    /// cut with a warning, whatever the page count. Default 10 000.
+    pub max_list_items: usize,
     /// `clientInfo.name` sent in `initialize`.
     pub client_name: String,
     /// `clientInfo.version`.
@@ -89,6 +92,7 @@ impl Default for HostOptions {
             connect_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
             max_list_pages: 100,
+            max_list_items: 10_000,
             client_name: "hostpipe".into(),
             client_version: env!("CARGO_PKG_VERSION").into(),
             content_cache_bytes: 256 * 1024 * 1024,
@@ -788,6 +792,14 @@ where
             Err(e) => return Err(e),
         };
         items.append(&mut batch);
+        let max_items = options.max_list_items.max(1);
+        if items.len() > max_items {
+            items.truncate(max_items);
+            let why = format!(
+                "{method}: more than {max_items} items (max_list_items); the list was cut at {max_items}"
+            );
+            return Ok((items, Some(why)));
+        }
         match next {
             None => return Ok((items, None)),
             Some(next) if !seen.insert(next.clone()) => {
