@@ -129,8 +129,6 @@ pub struct StoreSection {
     pub history_retention_days: u32,
 }
 
-
-
 /// The data directory: `HOSTPIPE_DATA_DIR` if set, else the platform's per-user data
 /// directory (`$XDG_DATA_HOME/hostpipe`, `~/.local/share/hostpipe` on Linux).
 ///
