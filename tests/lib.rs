@@ -30,16 +30,27 @@ pub fn hostpipe_bin() -> PathBuf {
     if let Ok(p) = std::env::var("HOSTPIPE_BIN") {
         return PathBuf::from(p);
     }
-    // target/<profile>/deps/e2e-HASH → target/<profile>/hostpipe
+    built_bin("hostpipe", "cargo build --bin hostpipe")
+}
+
+/// The `conformance-client` binary of this build (`tests/conformance_client.rs`), the
+/// client the official MCP conformance suite runs.
+pub fn conformance_client_bin() -> PathBuf {
+    built_bin(
+        "conformance-client",
+        "cargo build -p hostpipe-tests --bin conformance-client",
+    )
+}
+
+/// A binary of this build, next to the test executable; `build` says how to make it.
+fn built_bin(name: &str, build: &str) -> PathBuf {
+    // target/<profile>/deps/e2e-HASH → target/<profile>/NAME
     let exe = std::env::current_exe().expect("current test executable");
     let dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("target/<profile>");
-    require(
-        dir.join("hostpipe"),
-        "the hostpipe binary (cargo build --bin hostpipe)",
-    )
+    require(dir.join(name), &format!("the {name} binary ({build})"))
 }
 
 /// A command running [`hostpipe_bin`] with its data directory (and so its default
@@ -64,6 +75,22 @@ fn node_package(package: &str) -> PathBuf {
             .join("dist/index.js"),
         &format!("@modelcontextprotocol/{package}"),
     )
+}
+
+/// Node.js 22 from the npm package `node` (pinned in tests/package-lock.json): the
+/// conformance suite needs it (`fs.globSync`); the system's `node` may be older.
+pub fn node22() -> PathBuf {
+    require(
+        root().join("tests/node_modules/node/bin/node"),
+        "Node.js 22 (npm package `node`)",
+    )
+}
+
+/// The official MCP conformance suite's command line
+/// (`@modelcontextprotocol/conformance`, pinned in tests/package-lock.json); run it
+/// with [`node22`].
+pub fn conformance_suite() -> PathBuf {
+    node_package("conformance")
 }
 
 /// `@modelcontextprotocol/server-everything` (pinned in tests/package-lock.json), stdio.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every hostpipe test on a fresh machine: installs the pinned MCP peers the
-# end-to-end tests talk to (npm: tests/package-lock.json; Python: tests/requirements.txt
-# into tests/.venv) and Debian's postgresql when it is missing, builds the hostpipe
-# binary, then runs the whole workspace's tests.
+# end-to-end tests talk to (npm: tests/package-lock.json, which also pins the official
+# MCP conformance suite and the Node 22 it needs; Python: tests/requirements.txt into
+# tests/.venv) and Debian's postgresql when it is missing, builds the hostpipe binary
+# and the conformance client, then runs the whole workspace's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +29,9 @@ if [ -z "${HOSTPIPE_TEST_POSTGRES_URL:-}" ] && ! ls /usr/lib/postgresql/*/bin/in
 fi
 
 echo "== build"
-cargo build -j2 --locked --bin hostpipe
+# The hostpipe binary, and the client the MCP conformance suite runs
+# (tests/e2e/conformance.rs); the tests find both next to their own executable.
+cargo build -j2 --locked -p hostpipe -p hostpipe-tests --bin hostpipe --bin conformance-client
 
 echo "== tests"
 log=$(mktemp)

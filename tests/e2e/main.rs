@@ -11,6 +11,7 @@
 
 mod cli;
 mod config;
+mod conformance;
 mod consent;
 mod content;
 mod everything;

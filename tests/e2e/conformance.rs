@@ -1,0 +1,239 @@
+//! The official MCP conformance suite (`@modelcontextprotocol/conformance` 0.1.16, run
+//! with Node 22 from `tests/node_modules`) against hostpipe's MCP host. For each client
+//! scenario the suite starts its test server and runs the `conformance-client` binary
+//! (`tests/conformance_client.rs`) with the server's URL; the test then reads the
+//! suite's `checks.json` and requires the scenario's checks to be `SUCCESS`, no check
+//! to be `FAILURE` or `WARNING`, the suite to exit 0 and the client to report that it
+//! finished. The suite's exit code alone proves nothing: a client that does nothing
+//! passes `initialize` with zero checks ([`a_client_that_does_nothing_fails_every_scenario`]).
+//!
+//! No scenario is expected to fail, so there is no expected-failures file
+//! (docs/mcp-notes.md, "Conformance").
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hostpipe_tests::{conformance_client_bin, conformance_suite, node22};
+use serde_json::Value;
+
+/// One suite run at a time: `sse-retry` times the client's reconnect against a 500 ms
+/// `retry` with 200 ms of tolerance, which parallel node processes on a small machine
+/// could eat.
+static SUITE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What one suite run left behind.
+struct Run {
+    /// The suite's exit code (1 on any `FAILURE` or `WARNING`, or a client that failed).
+    code: Option<i32>,
+    /// The suite's own output (its summary), for failure messages.
+    output: String,
+    /// `checks.json`: `[{id, status, errorMessage?, details?}, …]`.
+    checks: Vec<Value>,
+    /// The client's stderr, as the suite saved it.
+    client_stderr: String,
+}
+
+/// Runs `scenario` with `command` as the client (the suite appends the server URL and
+/// runs it through `sh -c`).
+async fn run_suite(command: &str, scenario: &str) -> Run {
+    let _one_at_a_time = SUITE.lock().await;
+    let out = tempfile::tempdir().unwrap();
+    let suite = tokio::process::Command::new(node22())
+        .arg(conformance_suite())
+        .args(["client", "--command", command, "--scenario", scenario])
+        .args(["--timeout", "30000", "-o"])
+        .arg(out.path())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(90), suite)
+        .await
+        .unwrap_or_else(|_| panic!("the suite did not finish `{scenario}` within 90 s"))
+        .expect("node runs the conformance suite");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // -o DIR: the results are in DIR/<scenario>-<timestamp>/.
+    let dirs: Vec<PathBuf> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let [dir] = dirs.as_slice() else {
+        panic!("expected one results directory in {out:?}, got {dirs:?}; suite output:\n{text}");
+    };
+    let checks = std::fs::read_to_string(dir.join("checks.json"))
+        .unwrap_or_else(|e| panic!("{}: {e}; suite output:\n{text}", dir.display()));
+    Run {
+        code: output.status.code(),
+        output: text,
+        checks: serde_json::from_str(&checks).unwrap(),
+        client_stderr: std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default(),
+    }
+}
+
+/// Everything that keeps `run` from showing `scenario` passed with the `expected`
+/// checks; empty when it passed.
+fn problems(run: &Run, scenario: &str, expected: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for id in expected {
+        match run.checks.iter().find(|c| c["id"] == *id) {
+            None => problems.push(format!("check `{id}` is missing")),
+            Some(c) if c["status"] != "SUCCESS" => problems.push(format!(
+                "check `{id}` is {}: {} (details: {})",
+                c["status"], c["errorMessage"], c["details"]
+            )),
+            Some(_) => {}
+        }
+    }
+    for c in &run.checks {
+        let id = c["id"].as_str().unwrap_or("?");
+        if !expected.contains(&id) && (c["status"] == "FAILURE" || c["status"] == "WARNING") {
+            problems.push(format!(
+                "check `{id}` is {}: {}",
+                c["status"], c["errorMessage"]
+            ));
+        }
+    }
+    if run.code != Some(0) {
+        problems.push(format!("the suite exited with {:?}", run.code));
+    }
+    let done = format!("conformance-client: scenario `{scenario}` done");
+    if !run.client_stderr.contains(&done) {
+        problems.push(format!("the client did not report `{done}`"));
+    }
+    problems
+}
+
+/// Runs `scenario` against `conformance-client` and requires it to pass.
+async fn passes(scenario: &str, expected: &[&str]) -> Run {
+    let client = conformance_client_bin().display().to_string();
+    // The suite splits `--command` at spaces.
+    assert!(
+        !client.contains(char::is_whitespace),
+        "the suite cannot run a client whose path has spaces: {client}"
+    );
+    let run = run_suite(&client, scenario).await;
+    let problems = problems(&run, scenario, expected);
+    assert!(
+        problems.is_empty(),
+        "conformance scenario `{scenario}`:\n- {}\n\nsuite output:\n{}\nclient stderr:\n{}",
+        problems.join("\n- "),
+        run.output,
+        run.client_stderr
+    );
+    run
+}
+
+fn check<'a>(run: &'a Run, id: &str) -> &'a Value {
+    run.checks.iter().find(|c| c["id"] == id).unwrap()
+}
+
+#[tokio::test]
+async fn initialize_scenario_passes() {
+    let run = passes("initialize", &["mcp-client-initialization"]).await;
+    // The version hostpipe pins (rmcp 3.11 would offer 2026-07-28).
+    assert_eq!(
+        check(&run, "mcp-client-initialization")["details"]["protocolVersionSent"],
+        "2025-11-25"
+    );
+}
+
+#[tokio::test]
+async fn tools_call_scenario_passes() {
+    passes("tools_call", &["tool-add-numbers"]).await;
+}
+
+#[tokio::test]
+async fn sse_retry_scenario_passes() {
+    let run = passes(
+        "sse-retry",
+        &[
+            "client-sse-graceful-reconnect",
+            "client-sse-retry-timing",
+            "client-sse-last-event-id",
+        ],
+    )
+    .await;
+    let timing = &check(&run, "client-sse-retry-timing")["details"];
+    eprintln!(
+        "sse-retry: reconnected after {} ms (retry: {} ms)",
+        timing["actualDelayMs"], timing["expectedRetryMs"]
+    );
+}
+
+/// The assertions above can fail: `true` as the client connects to nothing, and every
+/// scenario must then be reported for its own checks (not only for the client's missing
+/// "done" line).
+#[tokio::test]
+async fn a_client_that_does_nothing_fails_every_scenario() {
+    for (scenario, expected, problem) in [
+        (
+            "initialize",
+            &["mcp-client-initialization"][..],
+            "check `mcp-client-initialization` is missing",
+        ),
+        (
+            "tools_call",
+            &["tool-add-numbers"][..],
+            "check `tool-add-numbers` is \"FAILURE\"",
+        ),
+        (
+            "sse-retry",
+            &[
+                "client-sse-graceful-reconnect",
+                "client-sse-retry-timing",
+                "client-sse-last-event-id",
+            ][..],
+            "check `client-sse-graceful-reconnect` is \"FAILURE\"",
+        ),
+    ] {
+        let run = run_suite("true", scenario).await;
+        let problems = problems(&run, scenario, expected);
+        assert!(
+            problems.iter().any(|p| p.starts_with(problem)),
+            "{scenario}: expected `{problem}` among {problems:#?}"
+        );
+    }
+}
+
+/// A late reconnect (the suite's `WARNING`, 700–1000 ms for a 500 ms `retry`) is not a
+/// pass, even with the other checks and the client fine.
+#[test]
+fn a_warning_is_not_a_pass() {
+    let check = |id: &str, status: &str| serde_json::json!({"id": id, "status": status});
+    let mut run = Run {
+        code: Some(0),
+        output: String::new(),
+        checks: vec![
+            check("incoming-request", "INFO"),
+            check("client-sse-graceful-reconnect", "SUCCESS"),
+            check("client-sse-retry-timing", "SUCCESS"),
+            check("client-sse-last-event-id", "SUCCESS"),
+        ],
+        client_stderr: "conformance-client: scenario `sse-retry` done in 600 ms\n".into(),
+    };
+    let expected = [
+        "client-sse-graceful-reconnect",
+        "client-sse-retry-timing",
+        "client-sse-last-event-id",
+    ];
+    assert_eq!(problems(&run, "sse-retry", &expected), Vec::<String>::new());
+    run.checks[2] = check("client-sse-retry-timing", "WARNING");
+    run.code = Some(1);
+    assert_eq!(
+        problems(&run, "sse-retry", &expected),
+        [
+            "check `client-sse-retry-timing` is \"WARNING\": null (details: null)",
+            "the suite exited with Some(1)",
+        ]
+    );
+    // A warning on a check the scenario does not name counts too.
+    run.checks[0] = check("incoming-request", "WARNING");
+    assert!(
+        problems(&run, "sse-retry", &expected)
+            .iter()
+            .any(|p| p.starts_with("check `incoming-request` is \"WARNING\""))
+    );
+}
