@@ -6,6 +6,8 @@ pub mod approver;
 pub mod bench;
 pub mod config;
 pub mod demo;
+#[doc(hidden)]
+pub mod fuzzing;
 
 use std::collections::BTreeMap;
 use std::path::Path;

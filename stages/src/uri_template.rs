@@ -40,6 +40,22 @@ pub fn variables(template: &str) -> Result<Vec<String>, TemplateError> {
 }
 
 fn parse(template: &str) -> Result<&UriTemplateStr, TemplateError> {
+    // iri-string 0.7.14 panics on a `%` followed by a non-ASCII character (it splits
+    // the string two bytes on). RFC 6570 §2.1 allows `%` only as a pct-encoded triplet,
+    // so such a template is invalid: say so first.
+    let bytes = template.as_bytes();
+    for (i, _) in template.match_indices('%') {
+        let ok = bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+            && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit);
+        if !ok {
+            return Err(TemplateError::Invalid {
+                template: template.to_owned(),
+                message: format!(
+                    "`%` at byte {i} is not followed by two hex digits (RFC 6570 §2.1)"
+                ),
+            });
+        }
+    }
     UriTemplateStr::new(template).map_err(|e| TemplateError::Invalid {
         template: template.to_owned(),
         message: e.to_string(),
@@ -61,7 +77,11 @@ pub fn expand(
     variables: &Variables,
 ) -> Result<(String, BTreeMap<String, String>), TemplateError> {
     let parsed = parse(template)?;
-    let (reserved, plain) = reserved_variables(template);
+    let Uses {
+        reserved,
+        plain,
+        prefixed,
+    } = uses(template);
     let mut resolved = BTreeMap::new();
     let mut context = SimpleContext::new();
     for name in variables_of(parsed) {
@@ -96,6 +116,16 @@ pub fn expand(
         // character as its UTF-8 triplets there, and keeps triplets as they are, so
         // encoding it first gives the same URI.
         let has_non_ascii = !value.is_ascii();
+        // iri-string 0.7.14 miscounts a prefix (`{var:3}`) of a non-ASCII value (bytes
+        // for characters) and panics or cuts wrongly; refuse rather than guess.
+        if has_non_ascii && prefixed.contains(&name) {
+            return Err(TemplateError::Invalid {
+                template: template.to_owned(),
+                message: format!(
+                    "variable `{name}` has a prefix modifier, which cannot take a value with non-ASCII characters here"
+                ),
+            });
+        }
         if has_non_ascii && reserved.contains(&name) {
             if plain.contains(&name) {
                 return Err(TemplateError::Invalid {
@@ -121,30 +151,49 @@ pub fn expand(
     Ok((uri, resolved))
 }
 
-/// The variables of (an already validated) `template` that appear in reserved (`+`) or
-/// fragment (`#`) expressions, and those that appear in any other.
-fn reserved_variables(template: &str) -> (Vec<String>, Vec<String>) {
-    let (mut reserved, mut plain) = (Vec::new(), Vec::new());
+/// How the variables of (an already validated) template are used.
+#[derive(Default)]
+struct Uses {
+    /// In reserved (`+`) or fragment (`#`) expressions.
+    reserved: Vec<String>,
+    /// In any other expression.
+    plain: Vec<String>,
+    /// With a prefix modifier (`{var:3}`).
+    prefixed: Vec<String>,
+}
+
+fn uses(template: &str) -> Uses {
+    let mut uses = Uses::default();
     let mut rest = template;
     while let Some(open) = rest.find('{') {
         let Some(close) = rest[open..].find('}') else {
             break;
         };
         let expression = &rest[open + 1..open + close];
-        let (list, into) = match expression.as_bytes().first() {
-            Some(b'+' | b'#') => (&expression[1..], &mut reserved),
+        let (list, reserved) = match expression.as_bytes().first() {
+            Some(b'+' | b'#') => (&expression[1..], true),
             Some(b'.' | b'/' | b';' | b'?' | b'&' | b'=' | b',' | b'!' | b'@' | b'|') => {
-                (&expression[1..], &mut plain)
+                (&expression[1..], false)
             }
-            _ => (expression, &mut plain),
+            _ => (expression, false),
         };
         for spec in list.split(',') {
-            let name = spec.split(':').next().unwrap_or(spec).trim_end_matches('*');
-            into.push(name.to_owned());
+            let (name, prefix) = match spec.split_once(':') {
+                Some((n, _)) => (n, true),
+                None => (spec.trim_end_matches('*'), false),
+            };
+            if reserved {
+                uses.reserved.push(name.to_owned());
+            } else {
+                uses.plain.push(name.to_owned());
+            }
+            if prefix {
+                uses.prefixed.push(name.to_owned());
+            }
         }
         rest = &rest[open + close + 1..];
     }
-    (reserved, plain)
+    uses
 }
 
 /// `value` with every non-ASCII character replaced by its UTF-8 percent triplets.
@@ -272,5 +321,20 @@ mod tests {
             variables("x://{a"),
             Err(TemplateError::Invalid { .. })
         ));
+        // A `%` before a non-ASCII character: invalid, not a panic in iri-string.
+        assert!(matches!(
+            variables("#%pçf://a{"),
+            Err(TemplateError::Invalid { .. })
+        ));
+        assert!(variables("x://%C3%A7/{a}").is_ok());
+        // A prefix of a non-ASCII value: an error, not iri-string's overflow.
+        assert!(matches!(
+            expand("x://{v:3}", &lit(&[("v", "ççç")]), &Variables::new()),
+            Err(TemplateError::Invalid { .. })
+        ));
+        assert_eq!(
+            expand("x://{v:3}", &lit(&[("v", "abcdef")]), &Variables::new()).map(|r| r.0),
+            Ok("x://abc".to_owned())
+        );
     }
 }

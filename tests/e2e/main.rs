@@ -17,6 +17,7 @@ mod content;
 mod everything;
 mod failures;
 mod filesystem;
+mod fuzz;
 mod live;
 mod prompts;
 mod python;

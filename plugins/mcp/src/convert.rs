@@ -285,3 +285,23 @@ pub(crate) fn service_error(server: &str, operation: &str, e: rmcp::ServiceError
         },
     }
 }
+
+/// A `resources/read` result as it arrives on the wire (the JSON of its `result`),
+/// converted as the host converts it: blobs base64-decoded, unknown kinds refused.
+///
+/// # Errors
+/// [`SourceError::InvalidResponse`] for JSON that is not a read result, invalid base64,
+/// or unsupported contents.
+pub fn decode_read_result(server: &str, json: &str) -> Result<Vec<ResourceContents>, SourceError> {
+    let result: m::ReadResourceResult =
+        serde_json::from_str(json).map_err(|e| SourceError::InvalidResponse {
+            server: server.to_owned(),
+            operation: "resources/read".into(),
+            message: format!("not a read result: {e}"),
+        })?;
+    result
+        .contents
+        .into_iter()
+        .map(|c| contents(server, c))
+        .collect()
+}

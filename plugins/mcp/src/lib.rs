@@ -31,4 +31,5 @@ mod live;
 mod stdio;
 
 pub use config::{RawServerEntry, ServerConfig, TransportConfig, parse_mcp_servers_json};
+pub use convert::decode_read_result;
 pub use host::{HostOptions, McpHost};
