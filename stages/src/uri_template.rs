@@ -56,6 +56,29 @@ fn parse(template: &str) -> Result<&UriTemplateStr, TemplateError> {
             });
         }
     }
+    // It also panics on a prefix length over 65 535; RFC 6570 §2.4.1 allows 1 to 9999.
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        for spec in rest[open + 1..open + close].split(',') {
+            if let Some((_, len)) = spec.split_once(':') {
+                let ok = (1..=4).contains(&len.len())
+                    && len.bytes().all(|b| b.is_ascii_digit())
+                    && !len.starts_with('0');
+                if !ok {
+                    return Err(TemplateError::Invalid {
+                        template: template.to_owned(),
+                        message: format!(
+                            "prefix length `{len}` is not 1 to 9999 (RFC 6570 §2.4.1)"
+                        ),
+                    });
+                }
+            }
+        }
+        rest = &rest[open + close + 1..];
+    }
     UriTemplateStr::new(template).map_err(|e| TemplateError::Invalid {
         template: template.to_owned(),
         message: e.to_string(),
@@ -126,8 +149,8 @@ pub fn expand(
                 ),
             });
         }
-        if has_non_ascii && reserved.contains(&name) {
-            if plain.contains(&name) {
+        if reserved.contains(&name) {
+            if has_non_ascii && plain.contains(&name) {
                 return Err(TemplateError::Invalid {
                     template: template.to_owned(),
                     message: format!(
@@ -135,7 +158,10 @@ pub fn expand(
                     ),
                 });
             }
-            context.insert(name.clone(), encode_non_ascii(&value).as_str());
+            context.insert(
+                name.clone(),
+                encode_non_ascii(&defuse_stray_percents(&value)).as_str(),
+            );
         } else {
             context.insert(name.clone(), value.as_str());
         }
@@ -194,6 +220,47 @@ fn uses(template: &str) -> Uses {
         rest = &rest[open + close + 1..];
     }
     uses
+}
+
+/// `value` with every `%` that does not start a pct-encoded triplet, or whose run of
+/// triplets does not decode to UTF-8, written `%25`. A `{+var}` value keeps its
+/// triplets (RFC 6570 §3.2.3), and iri-string 0.7.14 panics on a run that is not UTF-8;
+/// such a `%` is a literal percent sign, which is what `%25` says.
+fn defuse_stray_percents(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = String::with_capacity(value.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            let next = value[i..].chars().next().map_or(1, char::len_utf8);
+            out.push_str(&value[i..i + next]);
+            i += next;
+            continue;
+        }
+        let mut decoded = Vec::new();
+        let mut j = i;
+        while j + 2 < bytes.len() && bytes[j] == b'%' {
+            match (hex(bytes[j + 1]), hex(bytes[j + 2])) {
+                (Some(h), Some(l)) => {
+                    decoded.push(u8::try_from(h * 16 + l).unwrap_or(0));
+                    j += 3;
+                }
+                _ => break,
+            }
+        }
+        if j == i {
+            out.push_str("%25");
+            i += 1;
+        } else if std::str::from_utf8(&decoded).is_ok() {
+            out.push_str(&value[i..j]);
+            i = j;
+        } else {
+            out.push_str(&value[i..j].replace('%', "%25"));
+            i = j;
+        }
+    }
+    out
 }
 
 /// `value` with every non-ASCII character replaced by its UTF-8 percent triplets.
@@ -327,6 +394,19 @@ mod tests {
             Err(TemplateError::Invalid { .. })
         ));
         assert!(variables("x://%C3%A7/{a}").is_ok());
+        // A prefix length past u16: an error, not iri-string's `expect`.
+        assert!(matches!(
+            variables("{vm:66666}{+p}"),
+            Err(TemplateError::Invalid { .. })
+        ));
+        assert!(variables("x://{v:9999}").is_ok());
+        // Reserved values: valid triplets kept, stray or non-UTF-8 ones made literal.
+        let reserved =
+            |v: &str| expand("f://{+p}", &lit(&[("p", v)]), &Variables::new()).map(|r| r.0);
+        assert_eq!(reserved("a%2Fb"), Ok("f://a%2Fb".into()));
+        assert_eq!(reserved("100%"), Ok("f://100%25".into()));
+        assert_eq!(reserved("%F2%%"), Ok("f://%25F2%25%25".into()));
+        assert_eq!(reserved("%C3%A7"), Ok("f://%C3%A7".into()));
         // A prefix of a non-ASCII value: an error, not iri-string's overflow.
         assert!(matches!(
             expand("x://{v:3}", &lit(&[("v", "ççç")]), &Variables::new()),
