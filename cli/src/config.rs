@@ -532,6 +532,22 @@ impl LoadedConfig {
                         .map_err(|e| err(ConfigError::new(at("consent"), e.to_string())))?;
                     let config: hostpipe_core::ConsentConfig = hostpipe_core::parse_section(&value)
                         .map_err(|e| err(e.under(&at("consent"))))?;
+                    // A rule for a server that does not exist would silently never
+                    // apply (a typo, a wrong letter case): an error, like in bindings.
+                    let known: Vec<String> = mcp.servers().into_iter().map(|s| s.name).collect();
+                    for (i, rule) in config.rules.iter().enumerate() {
+                        if let Some(server) = &rule.server
+                            && !known.contains(server)
+                        {
+                            return Err(err(ConfigError::new(
+                                at(&format!("consent.rules[{i}].server")),
+                                format!(
+                                    "unknown MCP server `{server}`; configured servers: {}",
+                                    known.join(", ")
+                                ),
+                            )));
+                        }
+                    }
                     let policy = hostpipe_core::ConsentPolicy::new(config)
                         .map_err(|e| err(e.under(&at("consent"))))?;
                     Some(Arc::new(hostpipe_core::Consent::new(

@@ -137,6 +137,12 @@ impl ConsentPolicy {
                     "the rule decides nothing: give `host`, `model` or both (allow, deny or ask)",
                 ));
             }
+            if rule.uri.as_deref().is_some_and(|u| u.trim().is_empty()) {
+                return Err(ConfigError::new(
+                    format!("rules[{i}].uri"),
+                    "an empty glob matches nothing: leave `uri` out to match every URI",
+                ));
+            }
             globs.push(match &rule.uri {
                 None => None,
                 Some(pattern) => Some(
@@ -171,7 +177,23 @@ impl ConsentPolicy {
     }
 
     /// What the policy says about reading `uri` from `server` for `origin`.
+    ///
+    /// A server may decode the URI before it looks it up (the Python SDK's templates
+    /// percent-decode their values), so the policy judges the URI as given and in its
+    /// normalized form ([`normalize_uri`]), and the stricter answer wins
+    /// (deny over ask over allow): `kb://%73ecret/plan` is `kb://secret/plan`.
     pub fn decide(&self, server: &str, uri: &str, origin: ReadOrigin) -> (Decision, DecidedBy) {
+        let mut strictest = self.decide_form(server, uri, origin);
+        for form in uri_forms(uri) {
+            let other = self.decide_form(server, &form, origin);
+            if strictness(other.0) > strictness(strictest.0) {
+                strictest = other;
+            }
+        }
+        strictest
+    }
+
+    fn decide_form(&self, server: &str, uri: &str, origin: ReadOrigin) -> (Decision, DecidedBy) {
         for (i, (rule, glob)) in self.config.rules.iter().zip(&self.globs).enumerate() {
             let decision = match origin {
                 ReadOrigin::Host => rule.host,
@@ -193,7 +215,7 @@ impl ConsentPolicy {
         (default, DecidedBy::Default)
     }
 
-    /// `rule 2 (server kb, uri kb://secret/*)` or `the default for host reads`.
+    /// `rules[1] (server kb, uri kb://secret/*)` or `the default for host reads`.
     fn describe(&self, by: DecidedBy, origin: ReadOrigin) -> String {
         match by {
             DecidedBy::Default => format!("the default for {} reads", origin.as_str()),
@@ -207,13 +229,104 @@ impl ConsentPolicy {
                     parts.push(format!("uri {u}"));
                 }
                 if parts.is_empty() {
-                    format!("rule {}", i + 1)
+                    format!("rules[{i}]")
                 } else {
-                    format!("rule {} ({})", i + 1, parts.join(", "))
+                    format!("rules[{i}] ({})", parts.join(", "))
                 }
             }
         }
     }
+}
+
+fn strictness(d: Decision) -> u8 {
+    match d {
+        Decision::Allow => 0,
+        Decision::Ask => 1,
+        Decision::Deny => 2,
+    }
+}
+
+/// The forms of `uri` a server might read it as, besides the URI itself: normalized
+/// ([`normalize_uri`]), and normalized with the authority taken as the first path
+/// segment (`kb://public/../secret` is `kb://secret` to a server that matches strings).
+fn uri_forms(uri: &str) -> Vec<String> {
+    let normalized = normalize_uri(uri);
+    let mut forms = Vec::new();
+    if let Some((scheme, rest)) = uri.split_once("://") {
+        let flat = normalize_uri(&format!("{scheme}:/{rest}"));
+        if let Some((scheme, path)) = flat.split_once(":/") {
+            forms.push(format!("{scheme}://{path}"));
+        }
+    }
+    forms.push(normalized);
+    forms.retain(|f| f != uri);
+    forms
+}
+
+/// `uri` as a server that decodes it would see it: every `%XX` decoded (RFC 3986
+/// §2.1; invalid UTF-8 kept as given), the scheme in lower case (§3.1), and `.` and
+/// `..` path segments removed (§5.2.4). Used to judge a URI the way the server will
+/// read it, never to change what is sent.
+pub fn normalize_uri(uri: &str) -> String {
+    // Decode every triplet.
+    let bytes = uri.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            decoded.push(u8::try_from(h * 16 + l).unwrap_or(b'%'));
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let decoded = String::from_utf8(decoded).unwrap_or_else(|_| uri.to_owned());
+    // Lower-case the scheme.
+    let (scheme, rest) = match decoded.split_once(':') {
+        Some((s, r))
+            if !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+        {
+            (s.to_ascii_lowercase(), r.to_owned())
+        }
+        _ => return decoded,
+    };
+    // Remove dot segments from the path (after `//authority`, if any).
+    let (authority, path) = match rest.strip_prefix("//") {
+        Some(r) => match r.find('/') {
+            Some(p) => (format!("//{}", &r[..p]), r[p..].to_owned()),
+            None => (format!("//{r}"), String::new()),
+        },
+        None => (String::new(), rest),
+    };
+    let (path, tail) = match path.find(['?', '#']) {
+        Some(p) => (path[..p].to_owned(), path[p..].to_owned()),
+        None => (path, String::new()),
+    };
+    let mut out: Vec<&str> = Vec::new();
+    let absolute = path.starts_with('/');
+    for seg in path.split('/') {
+        match seg {
+            "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    let mut path = out.join("/");
+    if absolute && !path.starts_with('/') {
+        path.insert(0, '/');
+    }
+    format!("{scheme}:{authority}{path}{tail}")
 }
 
 /// A read the policy says to ask about, as an [`Approver`] gets it.
@@ -479,6 +592,37 @@ mod tests {
         assert_eq!(
             d("kb", "xkb://secret/plan", ReadOrigin::Host).1,
             DecidedBy::Default
+        );
+    }
+
+    #[test]
+    fn an_encoded_or_dotted_uri_is_judged_as_the_server_reads_it() {
+        let p = policy(vec![rule(
+            Some("kb"),
+            "kb://secret/*",
+            Some(Decision::Deny),
+            Some(Decision::Deny),
+        )]);
+        for uri in [
+            "kb://%73ecret/plan",
+            "KB://secret/plan",
+            "kb://public/../secret/plan",
+            "kb://secret%2Fplan",
+            "kb://./secret/plan",
+        ] {
+            assert_eq!(
+                p.decide("kb", uri, ReadOrigin::Host).0,
+                Decision::Deny,
+                "{uri}"
+            );
+        }
+        assert_eq!(
+            p.decide("kb", "kb://public/plan", ReadOrigin::Host).0,
+            Decision::Allow
+        );
+        assert_eq!(
+            normalize_uri("KB://h/a/./b/../c%20d?x=%41"),
+            "kb://h/a/c d?x=A"
         );
     }
 

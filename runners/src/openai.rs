@@ -153,7 +153,12 @@ impl LocalAgentRunner {
     fn messages(&self, request: &RunRequest) -> Vec<Value> {
         let vision = request.model.vision;
         let mut system = request.system_prompt.clone().unwrap_or_default();
-        let context = render::context_text(&request.context, vision, &request.fence);
+        let mut context = render::context_text(&request.context, vision, &request.fence);
+        // Tool results may carry fenced resource text (read_resource, embedded
+        // resources): the model needs the preamble that says what the fence means.
+        if context.is_empty() && !request.tools.is_empty() {
+            context = request.fence.preamble();
+        }
         if !context.is_empty() {
             if !system.is_empty() {
                 system.push_str("\n\n");
@@ -437,6 +442,7 @@ impl ToolCall {
 /// following user message (vision only). Cut to `max_tokens`.
 fn tool_result_text(
     result: &ToolCallResult,
+    server: Option<&str>,
     fence: &hostpipe_core::Fence,
     model: &ModelProfile,
     tk: &Tokenizer,
@@ -446,7 +452,8 @@ fn tool_result_text(
     let mut images = Vec::new();
     for c in &result.content {
         match c {
-            ToolContent::Text { text } => parts.push(text.clone()),
+            // Text from a server: a leaked nonce cannot open or close a fence in it.
+            ToolContent::Text { text } => parts.push(fence.defuse(text)),
             ToolContent::Image { mime_type, data } if model.vision => {
                 parts.push(format!(
                     "[image {mime_type}, {} bytes: attached below]",
@@ -479,7 +486,11 @@ fn tool_result_text(
                     text,
                 } => {
                     // A resource in a tool result is resource text: in the turn's fence.
-                    let mut attrs = vec![("uri", uri.as_str())];
+                    let mut attrs = Vec::new();
+                    if let Some(s) = server {
+                        attrs.push(("server", s));
+                    }
+                    attrs.push(("uri", uri.as_str()));
                     if let Some(m) = mime_type.as_deref() {
                         attrs.push(("mime", m));
                     }
@@ -676,10 +687,22 @@ impl LocalAgentRunner {
                         arguments: arguments.clone(),
                     })
                     .await;
+                // The server the result comes from, for the fence's provenance.
+                let server = match request.tools.iter().find(|t| t.name == call.name) {
+                    Some(hostpipe_core::ToolSpec {
+                        origin: hostpipe_core::ToolOrigin::Mcp { server, .. },
+                        ..
+                    }) => Some(server.clone()),
+                    _ => arguments
+                        .get("server")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                };
                 let (text, is_error) = match executor.call(&call.name, arguments).await {
                     Ok(result) => {
                         let (text, mut more) = tool_result_text(
                             &result,
+                            server.as_deref(),
                             &request.fence,
                             &request.model,
                             &tk,

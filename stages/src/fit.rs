@@ -53,6 +53,18 @@ pub struct FitOptions {
     pub caches: Arc<Caches>,
 }
 
+/// Longest line the chunker is given, in bytes. text-splitter takes time quadratic in
+/// the length of a line without sentence or word breaks it can use (1 MB: 46 s); a text
+/// with a longer line is not chunked (`auto` goes on to summarize or truncate).
+pub const MAX_CHUNKED_LINE_BYTES: usize = 16 * 1024;
+
+fn has_long_line(text: &str) -> bool {
+    text.len() > MAX_CHUNKED_LINE_BYTES
+        && text
+            .split('\n')
+            .any(|line| line.len() > MAX_CHUNKED_LINE_BYTES)
+}
+
 /// Caches of work that depends only on content: chunk splits by content hash, summaries
 /// by (server, URI, content hash, target tokens), exact token counts by content hash.
 pub struct Caches {
@@ -190,7 +202,8 @@ pub async fn fit(
                 Converted::Text(t)
                     if !terms.is_empty()
                         && (*estimated || cost > allowance)
-                        && matches!(it.strategy, Strategy::Auto | Strategy::Chunk) =>
+                        && matches!(it.strategy, Strategy::Auto | Strategy::Chunk)
+                        && !has_long_line(t) =>
                 {
                     Some(score(
                         it,

@@ -652,11 +652,17 @@ impl Stage for ResourceContextInjection {
         // model is told it was withheld (docs/consent.md).
         if turn.consent.is_some() {
             for p in &mut planned {
+                // Embedded contents (a prompt's resources) were sent without a read, but
+                // they still only reach the model if the policy allows them.
                 let uri = match &p.uri {
-                    Ok(uri) if p.embedded.is_none() => uri.clone(),
+                    Ok(uri) => uri.clone(),
                     _ => continue,
                 };
-                let reason = format!("attached at {} scope", p.source.scope.as_str());
+                let reason = if p.embedded.is_some() {
+                    "embedded in a prompt's messages".to_owned()
+                } else {
+                    format!("attached at {} scope", p.source.scope.as_str())
+                };
                 let Some(verdict) = turn
                     .consent_for(&p.source.server, &uri, ReadOrigin::Host, reason)
                     .await
@@ -801,6 +807,49 @@ impl Stage for ResourceContextInjection {
             for item in contents.iter().cloned() {
                 let mut source = p.source.clone();
                 item.uri().clone_into(&mut source.uri);
+                // A server may answer with items under other URIs: each is judged on its
+                // own, so an item labelled with a denied URI never reaches the model.
+                let other_uri = p.uri.as_deref().is_ok_and(|u| u != item.uri());
+                let item_consent = if other_uri {
+                    turn.consent_for(
+                        &source.server,
+                        item.uri(),
+                        ReadOrigin::Host,
+                        format!("returned by the read of {}", p.source.uri),
+                    )
+                    .await
+                } else {
+                    None
+                };
+                if let Some(v) = item_consent.as_ref().filter(|v| !v.allowed) {
+                    let mut r = record(
+                        &source,
+                        item.mime_type().map(str::to_owned),
+                        0,
+                        elapsed_ms,
+                        Some(format!("withheld: {}", v.how)),
+                    );
+                    r.consent = Some(v.how.clone());
+                    item_records.push(r);
+                    let note = format!(
+                        "[resource {} from `{}` withheld: reading it was not allowed]",
+                        source.uri, source.server
+                    );
+                    items.push(Item {
+                        source,
+                        mime_type: None,
+                        converted: Converted::Fallback {
+                            reason: FallbackReason::Withheld {
+                                decision: v.how.clone(),
+                            },
+                            note,
+                        },
+                        must,
+                        strategy: p.strategy,
+                        text_hash: None,
+                    });
+                    continue;
+                }
                 source.name.clone_from(&p.listed.meta.name);
                 let bytes = item.byte_len();
                 let mime = item

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use hostpipe_core::trace::ReadSink;
 use hostpipe_core::{
-    BuildContext, ConfigError, Consent, ConsentRequest, Fence, McpSource, ModelProfile, ReadOrigin,
+    BuildContext, ConfigError, Consent, ConsentRequest, McpSource, ModelProfile, ReadOrigin,
     ReadRecord, ResourceContents, Scope, Stage, StageError, StageOutcome, StagePhase, Tokenizer,
     ToolCallResult, ToolContent, ToolError, ToolExecutor, ToolOrigin, ToolSpec, TraceEvent,
     Treatment, TruncationSide, Turn,
@@ -196,7 +196,6 @@ impl Stage for ToolAssembly {
                 "the model called read_resource",
             ),
             reads: turn.trace.read_sink(),
-            fence: turn.fence.clone(),
         }));
         Ok(StageOutcome::Continue)
     }
@@ -238,8 +237,6 @@ pub struct BoundTools {
     /// The turn's ids for consent requests (server and URI filled in per read).
     asker: ConsentRequest,
     reads: ReadSink,
-    /// The turn's fence: resource text goes to the model inside it.
-    fence: Fence,
 }
 
 impl BoundTools {
@@ -377,6 +374,30 @@ impl BoundTools {
         })?;
         let mut content = Vec::with_capacity(contents.len());
         for item in contents.iter().cloned() {
+            // An item under another URI is judged on its own (a denied URI never
+            // reaches the model, whatever URI was asked for).
+            let item_uri = item.uri().to_owned();
+            let item_mime = item.mime_type().map(str::to_owned);
+            if item_uri != uri
+                && let Some(gate) = &self.consent
+            {
+                let request = ConsentRequest {
+                    server: server.to_owned(),
+                    uri: item_uri.clone(),
+                    reason: format!("returned by read_resource of {uri}"),
+                    ..self.asker.clone()
+                };
+                let verdict = gate.check(&request).await;
+                if !verdict.allowed {
+                    content.push(ToolContent::Text {
+                        text: format!(
+                            "[resource {item_uri} from `{server}` withheld: reading it was not allowed]"
+                        ),
+                    });
+                    record.error = Some(format!("withheld ({item_uri}): {}", verdict.how));
+                    continue;
+                }
+            }
             content.push(
                 match convert(
                     item,
@@ -402,13 +423,13 @@ impl BoundTools {
                                     text
                                 }
                             };
-                        // Resource text: in the turn's fence, like injected context.
-                        let mut attrs = vec![("server", server), ("uri", uri)];
-                        if let Some(m) = record.mime_type.as_deref() {
-                            attrs.push(("mime", m));
-                        }
-                        ToolContent::Text {
-                            text: self.fence.wrap(&attrs, &text),
+                        // Resource text: the runner puts it in the turn's fence.
+                        ToolContent::Resource {
+                            contents: ResourceContents::Text {
+                                uri: item_uri,
+                                mime_type: item_mime,
+                                text,
+                            },
                         }
                     }
                     Converted::Image {

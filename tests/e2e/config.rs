@@ -23,6 +23,10 @@ fn build(toml: &str) -> Result<(), String> {
 fn bad_configs_are_refused_with_file_and_key() {
     let cases = [
         (
+            "[pipelines.default]\n[pipelines.default.consent]\nrules = [{ server = \"nope\", host = \"deny\" }]",
+            "bad.toml: pipelines.default.consent.rules[0].server: unknown MCP server `nope`; configured servers: a, b",
+        ),
+        (
             "[store]\nurll = \"sqlite:x.db\"",
             "bad.toml: store.urll: unknown field `urll`, expected `url` or `history_retention_days` (line 2, column 1)",
         ),
