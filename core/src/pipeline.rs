@@ -178,7 +178,9 @@ impl Pipeline {
         if turn.system_prompt.is_none() {
             turn.system_prompt.clone_from(&self.system_prompt);
         }
-        if turn.consent.is_none() {
+        // The pipeline's policy binds every turn; a turn may bring a gate of its own
+        // only through a pipeline without one.
+        if self.consent.is_some() {
             turn.consent.clone_from(&self.consent);
         }
         self.load_pins(&mut turn).await;
