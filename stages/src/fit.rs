@@ -202,8 +202,7 @@ pub async fn fit(
                 Converted::Text(t)
                     if !terms.is_empty()
                         && (*estimated || cost > allowance)
-                        && matches!(it.strategy, Strategy::Auto | Strategy::Chunk)
-                        && !has_long_line(t) =>
+                        && matches!(it.strategy, Strategy::Auto | Strategy::Chunk) =>
                 {
                     Some(score(
                         it,
@@ -312,11 +311,12 @@ fn score(
 ) -> Scored {
     let kind = chunk::SplitKind::detect(item.mime_type.as_deref(), &item.source.uri);
     let key = (hash, kind, chunk_tokens, tk.encoding());
-    let entry = opts
-        .caches
-        .splits
-        .entry(key)
-        .or_insert_with(|| Arc::new(chunk::split(text, kind, chunk_tokens)));
+    let entry = opts.caches.splits.entry(key).or_insert_with(|| {
+        // Checked once per content (the split is cached): a text with a line the
+        // splitter cannot break well gets no chunks, so `chunk` steps aside.
+        let text = if has_long_line(text) { "" } else { text };
+        Arc::new(chunk::split(text, kind, chunk_tokens))
+    });
     let reused = !entry.is_fresh();
     let chunked = entry.into_value();
     // A text scored a second time is likely to be scored again (an attached resource,
