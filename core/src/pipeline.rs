@@ -554,15 +554,7 @@ mod tests {
         let out = p.run_turn(turn).await;
         assert!(!out.failed);
         assert_eq!(out.reply, "x");
-        let warnings: Vec<&str> = out
-            .trace
-            .records()
-            .iter()
-            .filter_map(|r| match &r.event {
-                TraceEvent::Warning { message } => Some(message.as_str()),
-                _ => None,
-            })
-            .collect();
+        let warnings: Vec<&str> = out.trace.warnings().collect();
         assert_eq!(
             warnings,
             [

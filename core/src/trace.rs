@@ -220,6 +220,14 @@ impl Trace {
         &self.records
     }
 
+    /// The warnings' messages, oldest first.
+    pub fn warnings(&self) -> impl Iterator<Item = &str> {
+        self.records.iter().filter_map(|r| match &r.event {
+            TraceEvent::Warning { message } => Some(message.as_str()),
+            _ => None,
+        })
+    }
+
     /// The resource reads, oldest first.
     pub fn reads(&self) -> impl Iterator<Item = &ReadRecord> {
         self.records.iter().filter_map(|r| match &r.event {

@@ -57,12 +57,8 @@ fn parse(template: &str) -> Result<&UriTemplateStr, TemplateError> {
         }
     }
     // It also panics on a prefix length over 65 535; RFC 6570 §2.4.1 allows 1 to 9999.
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        let Some(close) = rest[open..].find('}') else {
-            break;
-        };
-        for spec in rest[open + 1..open + close].split(',') {
+    for expression in expressions(template) {
+        for spec in expression.split(',') {
             if let Some((_, len)) = spec.split_once(':') {
                 let ok = (1..=4).contains(&len.len())
                     && len.bytes().all(|b| b.is_ascii_digit())
@@ -77,7 +73,6 @@ fn parse(template: &str) -> Result<&UriTemplateStr, TemplateError> {
                 }
             }
         }
-        rest = &rest[open + close + 1..];
     }
     UriTemplateStr::new(template).map_err(|e| TemplateError::Invalid {
         template: template.to_owned(),
@@ -188,14 +183,21 @@ struct Uses {
     prefixed: Vec<String>,
 }
 
+/// The text between each `{` and the next `}` of `template`, in order.
+fn expressions(template: &str) -> impl Iterator<Item = &str> {
+    let mut rest = template;
+    std::iter::from_fn(move || {
+        let open = rest.find('{')?;
+        let close = rest[open..].find('}')?;
+        let expression = &rest[open + 1..open + close];
+        rest = &rest[open + close + 1..];
+        Some(expression)
+    })
+}
+
 fn uses(template: &str) -> Uses {
     let mut uses = Uses::default();
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        let Some(close) = rest[open..].find('}') else {
-            break;
-        };
-        let expression = &rest[open + 1..open + close];
+    for expression in expressions(template) {
         let (list, reserved) = match expression.as_bytes().first() {
             Some(b'+' | b'#') => (&expression[1..], true),
             Some(b'.' | b'/' | b';' | b'?' | b'&' | b'=' | b',' | b'!' | b'@' | b'|') => {
@@ -217,7 +219,6 @@ fn uses(template: &str) -> Uses {
                 uses.prefixed.push(name.to_owned());
             }
         }
-        rest = &rest[open + close + 1..];
     }
     uses
 }

@@ -240,14 +240,7 @@ attachments = [
         host.request_counts("demo").unwrap().get("resources/read"),
         Some(&2)
     );
-    let warnings: Vec<_> = trace
-        .records()
-        .iter()
-        .filter_map(|r| match &r.event {
-            TraceEvent::Warning { message } => Some(message.as_str()),
-            _ => None,
-        })
-        .collect();
+    let warnings: Vec<_> = trace.warnings().collect();
     assert!(
         warnings[0].starts_with("budget_tokens = 4000 is more than the"),
         "{warnings:?}"

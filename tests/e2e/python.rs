@@ -161,36 +161,41 @@ async fn follows_next_cursor_through_every_page() {
     host.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_page_cap_cuts_the_list_with_a_warning() {
-    let options = hostpipe_mcp::HostOptions {
-        max_list_pages: 2,
-        ..hostpipe_mcp::HostOptions::default()
-    };
+/// The paged server's resources under `options`: how many were kept, and the server's
+/// warnings.
+async fn paged_with(options: hostpipe_mcp::HostOptions) -> (usize, Vec<String>) {
     let host = hostpipe_mcp::McpHost::new(vec![python("paged", "paged_server.py")], options);
     host.connect_all().await;
-    assert_eq!(host.list_resources("paged").await.unwrap().len(), 4);
+    let kept = host.list_resources("paged").await.unwrap().len();
     let warnings = host.server("paged").unwrap().warnings;
+    host.shutdown().await;
+    (kept, warnings)
+}
+
+#[tokio::test]
+async fn a_page_cap_cuts_the_list_with_a_warning() {
+    let (kept, warnings) = paged_with(hostpipe_mcp::HostOptions {
+        max_list_pages: 2,
+        ..hostpipe_mcp::HostOptions::default()
+    })
+    .await;
+    assert_eq!(kept, 4);
     assert_eq!(
         warnings,
         ["resources/list: more than 2 pages; the list was cut at 4 items"]
     );
-    host.shutdown().await;
 }
 
 #[tokio::test]
 async fn an_item_cap_cuts_the_list_with_a_warning() {
-    let options = hostpipe_mcp::HostOptions {
+    let (kept, warnings) = paged_with(hostpipe_mcp::HostOptions {
         max_list_items: 3,
         ..hostpipe_mcp::HostOptions::default()
-    };
-    let host = hostpipe_mcp::McpHost::new(vec![python("paged", "paged_server.py")], options);
-    host.connect_all().await;
-    assert_eq!(host.list_resources("paged").await.unwrap().len(), 3);
-    let warnings = host.server("paged").unwrap().warnings;
+    })
+    .await;
+    assert_eq!(kept, 3);
     assert_eq!(
         warnings,
         ["resources/list: more than 3 items (max_list_items); the list was cut at 3"]
     );
-    host.shutdown().await;
 }
