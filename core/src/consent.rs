@@ -332,6 +332,10 @@ pub fn normalize_uri(uri: &str) -> String {
 /// A read the policy says to ask about, as an [`Approver`] gets it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConsentRequest {
+    /// The turn asking ([`Trace::turn_id`](crate::Trace::turn_id)): lets a service route
+    /// the question to the caller of that turn.
+    #[serde(default)]
+    pub turn_id: String,
     /// The pipeline.
     pub pipeline: String,
     /// The conversation, if any ("allow for this conversation" needs one).

@@ -52,7 +52,10 @@ pub use registry::{
     BuildContext, Registry, RegistryError, RunnerDescriptor, StageDescriptor, StagePhase,
     parse_section,
 };
-pub use run::{EventSink, RunEvent, RunReply, RunRequest, Runner, TokenUsage, collect_reply};
+pub use run::{
+    EventSink, RunEvent, RunReply, RunRequest, Runner, TokenUsage, collect_reply,
+    collect_reply_tapped,
+};
 pub use source::{
     Annotations, Completion, CompletionRef, ListCounts, McpSource, Prompt, PromptArgument,
     PromptMessage, PromptResult, Resource, ResourceContents, ResourceRead, ResourceTemplate, Role,

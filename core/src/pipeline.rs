@@ -16,7 +16,7 @@ use futures_util::FutureExt as _;
 use serde::Serialize;
 
 use crate::model::ModelProfile;
-use crate::run::{RunReply, RunRequest, Runner, collect_reply};
+use crate::run::{EventSink, RunReply, RunRequest, Runner, collect_reply_tapped};
 use crate::stage::{Stage, StageOutcome};
 use crate::store::{AttachmentStore, InjectionRecord, PinOwner};
 use crate::trace::{Trace, TraceEvent};
@@ -313,11 +313,17 @@ impl Pipeline {
     /// Runs one turn end to end. Never fails: errors become the reply, with
     /// [`TurnOutcome::failed`] set and a trace record.
     pub async fn run_turn(&self, turn: Turn) -> TurnOutcome {
+        self.run_turn_tapped(turn, None).await
+    }
+
+    /// [`Pipeline::run_turn`], sending a copy of each [`RunEvent`](crate::RunEvent) to
+    /// `tap` as the runner reports it ([`collect_reply_tapped`]).
+    pub async fn run_turn_tapped(&self, turn: Turn, tap: Option<&EventSink>) -> TurnOutcome {
         let (request, mut trace) = match self.prepare(turn).await {
             Prepared::Request(request, trace) => (request, trace),
             Prepared::Ended(outcome) => return outcome,
         };
-        let result = collect_reply(self.runner.as_ref(), &request).await;
+        let result = collect_reply_tapped(self.runner.as_ref(), &request, tap).await;
         // The model's own reads (read_resource) happened during the runner.
         let before = trace.reads().count();
         if trace.collect_reads() > 0 {

@@ -183,6 +183,20 @@ pub async fn collect_reply(
     runner: &dyn Runner,
     request: &RunRequest,
 ) -> Result<RunReply, RunError> {
+    collect_reply_tapped(runner, request, None).await
+}
+
+/// [`collect_reply`], also sending a copy of every event to `tap` as it comes (a
+/// service streams them to its caller). A tap that stops listening is ignored; a slow
+/// one slows the runner down (back-pressure), it loses nothing.
+///
+/// # Errors
+/// The runner's [`RunError`].
+pub async fn collect_reply_tapped(
+    runner: &dyn Runner,
+    request: &RunRequest,
+    tap: Option<&EventSink>,
+) -> Result<RunReply, RunError> {
     let (sink, mut rx) = EventSink::channel(64);
     let run = async move {
         let result = runner.run(request, &sink).await;
@@ -199,6 +213,9 @@ pub async fn collect_reply(
                 RunEvent::MessageCompleted { text } => completed = Some(text.clone()),
                 RunEvent::RunCompleted { usage } => reply.usage = *usage,
                 _ => {}
+            }
+            if let Some(tap) = tap {
+                tap.emit(event.clone()).await;
             }
             reply.events.push(event);
         }

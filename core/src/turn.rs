@@ -195,6 +195,7 @@ impl Turn {
         reason: impl Into<String>,
     ) -> crate::consent::ConsentRequest {
         crate::consent::ConsentRequest {
+            turn_id: self.trace.turn_id().to_owned(),
             pipeline: self.ids.pipeline.clone(),
             conversation: self.ids.conversation.clone(),
             sender: self.sender.clone(),

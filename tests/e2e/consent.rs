@@ -252,6 +252,7 @@ rules = [{{ uri = "kb://public/*", host = "ask" }}]
     assert_eq!(
         asked,
         ConsentRequest {
+            turn_id: trace.turn_id().to_owned(),
             pipeline: "default".into(),
             conversation: Some("c1".into()),
             sender: Some("u-7".into()),
