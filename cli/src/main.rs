@@ -12,7 +12,7 @@ use hostpipe_core::{
     TraceEvent, Turn, VariableRef,
 };
 use hostpipe_runners::PreviewReport;
-use hostpipe_stages::convert::{ConvertLimits, Converted, ResourceMeta, convert};
+use hostpipe_stages::convert::Converted;
 
 /// Set once stdout's reader has gone (`hostpipe history | head -1`): later output is
 /// dropped instead of panicking, and the command finishes (stopping its servers).
@@ -259,6 +259,18 @@ enum Command {
         #[arg(last = true, required = true)]
         server: Vec<String>,
     },
+    /// Serve the HTTP API and the admin page until SIGTERM or Ctrl-C (docs/http-api.md).
+    /// Needs a token: HOSTPIPE_TOKEN (admin), HOSTPIPE_READ_TOKEN (read-only) or
+    /// `[serve] admin_tokens` / `read_tokens`.
+    Serve {
+        /// HOST:PORT to listen on (default: `[serve] listen`, else 127.0.0.1:8787; port 0
+        /// picks a free one). Prints `hostpipe: listening on http://ADDR` when ready.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Log as JSON, one object per line (access logs have target `hostpipe::access`).
+        #[arg(long)]
+        log_json: bool,
+    },
     /// Serve the embedded demo MCP server on stdio.
     DemoServer,
 }
@@ -365,29 +377,36 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, command: &Command) {
     // rmcp logs what hostpipe already reports (and its own worker noise) at WARN and
-    // ERROR; it shows from -v on.
+    // ERROR; it shows from -v on. A service logs each request and its life cycle.
+    let serve = matches!(command, Command::Serve { .. });
     let default = match verbose {
+        0 if serve => "warn,rmcp=off,sqlx=error,hostpipe::access=info,hostpipe_cli::serve=info",
         0 => "warn,rmcp=off,sqlx=error",
-        1 => "info",
+        1 => "info,rmcp=warn",
         2 => "debug",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("HOSTPIPE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+        .with_writer(std::io::stderr);
+    if matches!(command, Command::Serve { log_json: true, .. }) {
+        builder.json().with_current_span(false).init();
+    } else {
+        builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_target(serve)
+            .init();
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    init_logging(cli.verbose, &cli.command);
     match dispatch(cli).await {
         Ok(code) => code,
         Err(e) => {
@@ -413,6 +432,20 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Plugins => {
             out!("{}", hostpipe_cli::registry()?.listing());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Serve { listen, .. } => {
+            let approver = hostpipe_cli::serve::HttpApprover::new();
+            let mut app = App::load_with_approver(
+                cli.config.as_deref(),
+                cli.mcp_config.as_deref(),
+                None,
+                std::sync::Arc::new(approver.clone()),
+            )?;
+            let options =
+                hostpipe_cli::serve::ServeOptions::from_config(&app.config.serve, listen)?;
+            app.open_store(cli.store.as_deref()).await?;
+            hostpipe_cli::serve::serve(app, approver, options, interrupted()).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Bench {
@@ -819,60 +852,45 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Read { server, uri, json } => {
-            let contents = app.host.read_resource(&server, &uri).await?.contents;
-            // The listing's name, description and MIME type, as the pipeline uses them.
-            let listed = app.host.list_resources(&server).await?;
-            let meta = listed.iter().find(|r| r.uri == uri).map(|r| ResourceMeta {
-                name: Some(r.title.clone().unwrap_or_else(|| r.name.clone())),
-                description: r.description.clone(),
-                listed_mime: r.mime_type.clone(),
-            });
-            let mut items = Vec::new();
-            for c in contents.iter().cloned() {
-                let (item_uri, mime, bytes) = (
-                    c.uri().to_owned(),
-                    c.mime_type().map(str::to_owned),
-                    c.byte_len(),
-                );
-                let converted = convert(
-                    c,
-                    meta.as_ref().unwrap_or(&ResourceMeta::default()),
-                    &app.config.model,
-                    &ConvertLimits::default(),
-                );
-                if json {
-                    let (kind, text) = match &converted {
-                        Converted::Text(t) => ("text", Some(t.clone())),
-                        Converted::Image { width, height, .. } => {
-                            ("image", Some(format!("{width}x{height}")))
-                        }
-                        Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
-                            ("fallback", Some(note.clone()))
-                        }
-                    };
-                    items.push(serde_json::json!({"uri": item_uri, "mime_type": mime, "bytes": bytes, "kind": kind, "text": text}));
-                } else {
-                    match converted {
-                        Converted::Text(t) => outln!("{}", t.trim_end()),
-                        Converted::Image {
-                            mime_type,
-                            width,
-                            height,
-                            data,
-                        } => {
-                            outln!(
-                                "[image {item_uri} ({mime_type}, {width}×{height} px, {} bytes)]",
-                                data.len()
-                            )
-                        }
-                        Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
-                            outln!("{note}")
-                        }
+            let items = app.preview_read(&server, &uri, &app.config.model).await?;
+            if json {
+                let items: Vec<serde_json::Value> = items
+                    .iter()
+                    .map(|item| {
+                        let (kind, text) = match &item.converted {
+                            Converted::Text(t) => ("text", Some(t.clone())),
+                            Converted::Image { width, height, .. } => {
+                                ("image", Some(format!("{width}x{height}")))
+                            }
+                            Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
+                                ("fallback", Some(note.clone()))
+                            }
+                        };
+                        serde_json::json!({"uri": item.uri, "mime_type": item.mime_type, "bytes": item.bytes, "kind": kind, "text": text})
+                    })
+                    .collect();
+                outln!("{}", serde_json::to_string_pretty(&items)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            for item in items {
+                match item.converted {
+                    Converted::Text(t) => outln!("{}", t.trim_end()),
+                    Converted::Image {
+                        mime_type,
+                        width,
+                        height,
+                        data,
+                    } => {
+                        outln!(
+                            "[image {} ({mime_type}, {width}×{height} px, {} bytes)]",
+                            item.uri,
+                            data.len()
+                        )
+                    }
+                    Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
+                        outln!("{note}")
                     }
                 }
-            }
-            if json {
-                outln!("{}", serde_json::to_string_pretty(&items)?);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -883,8 +901,8 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let owner = owner.owner();
-            check_server(app, &target.server)?;
-            check_pipeline_pin(app, &owner, &target.server)?;
+            app.check_server(&target.server)?;
+            app.check_pin_owner(&owner, &target.server)?;
             let pin_target = attachment_target(&target.target, &target.args, &target.arg_vars)?;
             let expires_at_ms = expires_in.map(|d| {
                 hostpipe_core::store::unix_ms_now()
@@ -1111,7 +1129,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             outln!("{table}");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugins | Command::DemoServer | Command::Bench { .. } => {
+        Command::Plugins | Command::DemoServer | Command::Bench { .. } | Command::Serve { .. } => {
             unreachable!("handled before the app starts")
         }
     }
@@ -1123,55 +1141,13 @@ fn store(app: &App) -> anyhow::Result<&dyn hostpipe_core::AttachmentStore> {
         .context("there is no attachment store (--store none)")
 }
 
-fn check_server(app: &App, server: &str) -> anyhow::Result<()> {
-    let configured: Vec<String> = app.host.servers().into_iter().map(|s| s.name).collect();
-    if !configured.iter().any(|s| s == server) {
-        bail!(
-            "unknown MCP server `{server}`; configured servers: {}",
-            configured.join(", ")
-        );
-    }
-    Ok(())
-}
-
-/// A pipeline pin needs a pipeline that exists, and binds the server.
-fn check_pipeline_pin(app: &App, owner: &PinOwner, server: &str) -> anyhow::Result<()> {
-    let PinOwner::Pipeline(id) = owner else {
-        return Ok(());
-    };
-    app.pipeline(id)?;
-    if let Some(bound) = app.config.bound_servers(id)
-        && !bound.iter().any(|b| b == server)
-    {
-        bail!(
-            "pipeline `{id}` does not bind MCP server `{server}` (it binds: {}), so the pin would never be read; bind it in [pipelines.{id}.bind_mcp_servers]",
-            if bound.is_empty() {
-                "none".to_owned()
-            } else {
-                bound.join(", ")
-            }
-        );
-    }
-    Ok(())
-}
-
 /// A URI, or (when `target` has a `{`) an RFC 6570 template with every variable given.
 fn attachment_target(
     target: &str,
     args: &[(String, String)],
     arg_vars: &[(String, String)],
 ) -> anyhow::Result<AttachmentTarget> {
-    if !target.contains('{') {
-        if !args.is_empty() || !arg_vars.is_empty() {
-            bail!("--arg and --arg-var are for a URI template (`{target}` has no {{variable}})");
-        }
-        if !target.contains(':') {
-            bail!("`{target}` is not a URI (no scheme, e.g. demo://docs/handbook.md)");
-        }
-        return Ok(AttachmentTarget::Uri { uri: target.into() });
-    }
-    let variables = hostpipe_stages::uri_template::variables(target)
-        .map_err(|e| anyhow::anyhow!("URI template `{target}`: {e}"))?;
+    use hostpipe_cli::ops::TargetError;
     let mut arguments = std::collections::BTreeMap::new();
     let given = args
         .iter()
@@ -1190,24 +1166,14 @@ fn attachment_target(
             bail!("template argument `{k}` is given twice (--arg / --arg-var): give it once");
         }
     }
-    if let Some(unknown) = arguments.keys().find(|k| !variables.contains(k)) {
-        bail!(
-            "URI template `{target}` has no variable `{unknown}`; its variables: {}",
-            variables.join(", ")
-        );
-    }
-    let missing: Vec<&String> = variables
-        .iter()
-        .filter(|v| !arguments.contains_key(*v))
-        .collect();
-    if let Some(first) = missing.first() {
-        bail!(
-            "URI template `{target}` needs `{first}`: give --arg {first}=VALUE, or --arg-var {first}=NAME to take turn variable NAME"
-        );
-    }
-    Ok(AttachmentTarget::Template {
-        template: target.into(),
-        arguments,
+    hostpipe_cli::ops::pin_target(target, arguments).map_err(|e| match &e {
+        TargetError::ArgumentsWithoutTemplate(t) => anyhow::anyhow!(
+            "--arg and --arg-var are for a URI template (`{t}` has no {{variable}})"
+        ),
+        TargetError::MissingVariable { name, .. } => anyhow::anyhow!(
+            "{e}: give --arg {name}=VALUE, or --arg-var {name}=NAME to take turn variable NAME"
+        ),
+        _ => e.into(),
     })
 }
 
