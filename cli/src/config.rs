@@ -132,6 +132,31 @@ pub struct StoreSection {
     pub history_retention_days: u32,
 }
 
+/// `[serve]`: the HTTP service, `hostpipe serve` (docs/http-api.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeSection {
+    /// The address to listen on, `HOST:PORT`. Default `127.0.0.1:8787`; the `--listen`
+    /// flag overrides it.
+    pub listen: Option<String>,
+    /// Bearer tokens with every right (`HOSTPIPE_TOKEN` adds one). At least 16 bytes.
+    #[serde(default)]
+    pub admin_tokens: Vec<String>,
+    /// Bearer tokens that may only look: lists, reads, completion, history
+    /// (`HOSTPIPE_READ_TOKEN` adds one). At least 16 bytes.
+    #[serde(default)]
+    pub read_tokens: Vec<String>,
+    /// Largest request body, in bytes. Default 1 MiB (1 048 576).
+    pub max_body_bytes: Option<usize>,
+    /// Time for any request but a turn, in milliseconds. Default 30 000.
+    pub request_timeout_ms: Option<u64>,
+    /// Time for a turn, stages and runner together, in milliseconds. Default 120 000.
+    pub turn_timeout_ms: Option<u64>,
+    /// On SIGTERM or Ctrl-C, how long running turns may take to finish, in
+    /// milliseconds. Default 60 000.
+    pub shutdown_timeout_ms: Option<u64>,
+}
+
 /// The data directory: `HOSTPIPE_DATA_DIR` if set, else the platform's per-user data
 /// directory (`$XDG_DATA_HOME/hostpipe`, `~/.local/share/hostpipe` on Linux).
 ///
@@ -160,6 +185,8 @@ struct FileConfig {
     host: HostSection,
     #[serde(default)]
     store: StoreSection,
+    #[serde(default)]
+    serve: ServeSection,
     #[serde(default)]
     mcp_servers: BTreeMap<String, RawServerEntry>,
     #[serde(default)]
@@ -199,7 +226,7 @@ pub enum SummarizerKind {
 }
 
 /// A loaded, validated configuration (servers not yet connected).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LoadedConfig {
     /// The file pipelines came from (or [`EMBEDDED`]).
     pub source: String,
@@ -213,6 +240,8 @@ pub struct LoadedConfig {
     pub summarizers: BTreeMap<String, SummarizerSection>,
     /// Pins and read history.
     pub store: StoreSection,
+    /// The HTTP service.
+    pub serve: ServeSection,
     /// Who answers `ask` decisions of the pipelines' consent policies (none: `ask`
     /// denies). Set it before [`LoadedConfig::build_pipelines`].
     pub approver: Option<Arc<dyn hostpipe_core::Approver>>,
@@ -315,6 +344,7 @@ pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
         servers,
         summarizers: file.summarizers,
         store: file.store,
+        serve: file.serve,
         approver: None,
         pipelines: file.pipelines,
     })

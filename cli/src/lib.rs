@@ -8,6 +8,8 @@ pub mod config;
 pub mod demo;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod ops;
+pub mod serve;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -62,13 +64,32 @@ impl App {
         mcp_config: Option<&Path>,
         runner: Option<(&str, &[(&str, String)])>,
     ) -> anyhow::Result<Self> {
+        Self::load_with_approver(
+            config_file,
+            mcp_config,
+            runner,
+            Arc::new(approver::TerminalApprover::new()),
+        )
+    }
+
+    /// [`App::load_with`], with `approver` answering the consent policies' `ask`s (the
+    /// CLI asks on its terminal; `hostpipe serve` asks its callers).
+    ///
+    /// # Errors
+    /// As [`App::load`].
+    pub fn load_with_approver(
+        config_file: Option<&Path>,
+        mcp_config: Option<&Path>,
+        runner: Option<(&str, &[(&str, String)])>,
+        approver: Arc<dyn hostpipe_core::Approver>,
+    ) -> anyhow::Result<Self> {
         let exe = config::self_exe()
             .context("cannot find the hostpipe executable to spawn the demo server")?;
         let mut config = config::load(config_file, mcp_config, &exe)?;
         if let Some((name, settings)) = runner {
             config.override_runner(name, settings);
         }
-        config.approver = Some(Arc::new(approver::TerminalApprover::new()));
+        config.approver = Some(approver);
         let registry = registry()?;
         let host = Arc::new(McpHost::new(config.servers.clone(), config.host.clone()));
         let pipelines = config.build_pipelines(&registry, host.clone())?;
