@@ -626,3 +626,123 @@ impl Drop for Postgres {
         }
     }
 }
+
+/// The admin token the [`Service`] helper starts `hostpipe serve` with.
+pub const ADMIN_TOKEN: &str = "e2e-admin-token-0123456789abcdef";
+/// The read-only token the [`Service`] helper starts `hostpipe serve` with.
+pub const READ_TOKEN: &str = "e2e-read-token-0123456789abcdef";
+
+/// A running `hostpipe serve` on a free loopback port, with [`ADMIN_TOKEN`] and
+/// [`READ_TOKEN`]; stopped with SIGTERM (and killed, if need be) when dropped.
+pub struct Service {
+    child: tokio::process::Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Where its stderr (the access log among it) goes.
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Service {
+    /// Starts `hostpipe serve --config CONFIG --store STORE` (`extra` appended) and
+    /// waits until `/readyz` says ready (at most 60 s).
+    pub async fn start(config: &Path, store: &str, extra: &[&str]) -> Self {
+        use tokio::io::AsyncBufReadExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("serve.log");
+        let mut cmd = tokio::process::Command::from(hostpipe_command());
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--config")
+            .arg(config)
+            .arg("--store")
+            .arg(store)
+            .args(extra)
+            .env("HOSTPIPE_TOKEN", ADMIN_TOKEN)
+            .env("HOSTPIPE_READ_TOKEN", READ_TOKEN)
+            .env("HOSTPIPE_DATA_DIR", dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn hostpipe serve");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "hostpipe serve did not say where it listens; stderr: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            })
+            .unwrap()
+            .unwrap_or_else(|| {
+                panic!(
+                    "hostpipe serve exited; stderr: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        let base = line
+            .strip_prefix("hostpipe: listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+            .to_owned();
+        let service = Self {
+            child,
+            base,
+            log,
+            _dir: dir,
+        };
+        let client = reqwest::Client::new();
+        let url = service.url("/readyz");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = client.get(&url).send().await
+                && r.status() == 200
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not ready within 60 s: {}",
+                service.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        service
+    }
+
+    /// `base` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Its stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM (a graceful shutdown).
+    pub fn terminate(&self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+    }
+
+    /// Waits for the process to exit (at most `within`) and returns its exit code.
+    pub async fn wait(&mut self, within: Duration) -> Option<i32> {
+        tokio::time::timeout(within, self.child.wait())
+            .await
+            .expect("hostpipe serve did not exit in time")
+            .unwrap()
+            .code()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}

@@ -2,7 +2,8 @@
 # Runs every hostpipe test on a fresh machine: installs the pinned MCP peers the
 # end-to-end tests talk to (npm: tests/package-lock.json, which also pins the official
 # MCP conformance suite and the Node 22 it needs; Python: tests/requirements.txt into
-# tests/.venv) and Debian's postgresql when it is missing, builds the hostpipe binary
+# tests/.venv), Debian's postgresql and chromium when they are missing (the store tests
+# start a private PostgreSQL; the admin page test drives Chromium), builds the hostpipe binary
 # and the conformance client, then runs the whole workspace's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,12 +21,19 @@ if ! tests/.venv/bin/python -c 'import mcp' 2>/dev/null; then
 fi
 tests/.venv/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 
-echo "== PostgreSQL (Debian's postgresql; the store tests start a private server)"
+echo "== Debian packages: postgresql (the store tests start a private server), chromium (the admin page test)"
+packages=()
 if [ -z "${HOSTPIPE_TEST_POSTGRES_URL:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  packages+=(postgresql postgresql-client)
+fi
+if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null; then
+  packages+=(chromium)
+fi
+if [ "${#packages[@]}" -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends postgresql postgresql-client >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 fi
 
 echo "== build"

@@ -23,6 +23,7 @@ mod prompts;
 mod python;
 mod registry;
 mod runners;
+mod serve;
 mod store;
 mod summarizer;
 
