@@ -23,6 +23,11 @@ fn everything_js() -> PathBuf {
 /// `support` pipeline binding demo, server-everything, and the Python SDK's tutorial,
 /// live and kb servers; `kb` reads are asked about (`ask`, 20 s).
 fn write_config(dir: &Path, kb_log: &Path) -> PathBuf {
+    write_config_with(dir, kb_log, "")
+}
+
+/// [`write_config`], with `extra` TOML appended.
+fn write_config_with(dir: &Path, kb_log: &Path, extra: &str) -> PathBuf {
     let py = venv_python();
     let server = |script: &str| root().join("tests/servers").join(script);
     let text = format!(
@@ -70,7 +75,7 @@ rules = [{{ server = "kb", host = "ask" }}]
         kb = server("kb_server.py"),
     );
     let path = dir.join("hostpipe.toml");
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, text + extra).unwrap();
     path
 }
 
@@ -1024,6 +1029,56 @@ async fn shutdown_lets_a_running_turn_finish() {
         "{log}"
     );
     assert!(log.contains("running_turns=1"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_requests_and_turns_end_at_their_timeouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(
+        dir.path(),
+        &dir.path().join("kb.log"),
+        "\n[serve]\nrequest_timeout_ms = 700\nturn_timeout_ms = 900\n",
+    );
+    let svc = Service::start(&config, "memory", &[]).await;
+    let started = std::time::Instant::now();
+    let (s, v) = post(
+        &svc,
+        "/v1/servers/live/resources/read",
+        json!({"uri": "live://sleep/5000"}),
+    )
+    .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::GATEWAY_TIMEOUT, "request_timeout")
+    );
+    assert_eq!(
+        message(&v),
+        "no answer within 700 ms ([serve] request_timeout_ms)"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+    let slow_turn = json!({"pipeline": "support", "message": "slow",
+                           "attachments": [{"server": "live", "uri": "live://sleep/5000"}]});
+    let (s, v) = post(&svc, "/v1/turns", slow_turn.clone()).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::GATEWAY_TIMEOUT, "turn_timeout"),
+        "{v}"
+    );
+    assert!(message(&v).ends_with("did not finish within 900 ms ([serve] turn_timeout_ms)"));
+    // Streamed: the stream ends with an `error` event.
+    let mut streamed = slow_turn;
+    streamed["stream"] = json!(true);
+    let res = reqwest::Client::new()
+        .post(svc.url("/v1/turns"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&streamed)
+        .send()
+        .await
+        .unwrap();
+    let events = sse(res, |_, _| {}).await;
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["turn", "error"]);
+    assert_eq!(events[1].1["error"]["code"], "turn_timeout");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,8 +31,10 @@ use crate::ops::{TargetError, pin_target};
 type St = State<Arc<ServeState>>;
 type ApiResult<T = Response> = Result<T, ApiError>;
 
-/// The `/v1` routes (the caller adds the token check).
-pub(super) fn routes() -> Router<Arc<ServeState>> {
+/// The `/v1` routes (the caller adds the token check). Every route but a turn is bounded
+/// by `request_timeout` (then 504); a turn has its own bound, `[serve] turn_timeout_ms`,
+/// which also holds while it streams.
+pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
     Router::new()
         .route("/v1/servers", get(list_servers))
         .route("/v1/servers/{server}", get(get_server))
@@ -62,9 +64,25 @@ pub(super) fn routes() -> Router<Arc<ServeState>> {
             axum::routing::delete(remove_conversation_pin),
         )
         .route("/v1/history", get(history))
-        .route("/v1/turns", post(run_turn))
         .route("/v1/consent-requests", get(list_consent_requests))
         .route("/v1/consent-requests/{id}", post(answer_consent_request))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                match tokio::time::timeout(request_timeout, next.run(req)).await {
+                    Ok(response) => response,
+                    Err(_) => ApiError::new(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "request_timeout",
+                        format!(
+                            "no answer within {} ms ([serve] request_timeout_ms)",
+                            request_timeout.as_millis()
+                        ),
+                    )
+                    .into_response(),
+                }
+            },
+        ))
+        .route("/v1/turns", post(run_turn))
 }
 
 fn json(value: impl serde::Serialize) -> Response {
@@ -672,14 +690,16 @@ struct TurnAttachment {
 /// Largest message, in bytes (the body limit bounds it too).
 const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
-fn turn_pipeline<'a>(state: &'a ServeState, body: &TurnBody) -> ApiResult<&'a Pipeline> {
+/// The pipeline a turn asks for, and whether it is the `preview` copy.
+fn turn_pipeline<'a>(state: &'a ServeState, body: &TurnBody) -> ApiResult<(&'a Pipeline, bool)> {
     let configured = pipeline(state, &body.pipeline)?;
     match body.runner.as_deref() {
-        None => Ok(configured),
-        Some(r) if r == configured.runner_name() => Ok(configured),
+        None => Ok((configured, false)),
+        Some(r) if r == configured.runner_name() => Ok((configured, false)),
         Some("preview") => state
             .preview
             .get(&body.pipeline)
+            .map(|p| (p, true))
             .ok_or_else(|| ApiError::not_found("unknown_pipeline", "no preview pipeline")),
         Some(r) => Err(ApiError::bad_request(format!(
             "pipeline `{}` runs with runner `{}`; a turn may ask for that one or `preview`, not `{r}` (set `runner` in [pipelines.{}])",
@@ -783,9 +803,8 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/event-stream"));
-    let p = turn_pipeline(&state, &body)?;
+    let (p, use_preview) = turn_pipeline(&state, &body)?;
     let (pipeline_id, runner) = (p.id().to_owned(), p.runner_name().to_owned());
-    let use_preview = !std::ptr::eq(p, pipeline(&state, &pipeline_id)?);
     let turn = turn_from(&state, body)?;
     let turn_id = turn.trace.turn_id().to_owned();
     let (tx, rx) = mpsc::channel::<TurnEvent>(64);
@@ -922,7 +941,7 @@ mod tests {
     #[test]
     fn the_openapi_document_lists_every_route() {
         let source = include_str!("api.rs");
-        let start = source.find("pub(super) fn routes()").unwrap();
+        let start = source.find("pub(super) fn routes(").unwrap();
         let end = start + source[start..].find("\n}\n").unwrap();
         let routed: BTreeSet<&str> = source[start..end]
             .split('"')

@@ -486,7 +486,7 @@ async fn access_log(mut req: Request, next: Next) -> Response {
 /// the health routes (no token).
 pub(crate) fn router(state: Arc<ServeState>) -> Router {
     use axum::routing::get;
-    let v1 = api::routes()
+    let v1 = api::routes(state.options.request_timeout)
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             authorize,
@@ -575,13 +575,7 @@ pub async fn serve(
         draining: AtomicBool::new(false),
         turns: TaskTracker::new(),
     });
-    let request_timeout = state.options.request_timeout;
-    let router =
-        router(Arc::clone(&state)).layer(tower_http::timeout::TimeoutLayer::with_status_code(
-            StatusCode::GATEWAY_TIMEOUT,
-            // Turns have their own, longer bound; this one is the backstop.
-            request_timeout.max(state.options.turn_timeout + Duration::from_secs(5)),
-        ));
+    let router = router(Arc::clone(&state));
     println!("hostpipe: listening on http://{addr}");
     tracing::info!(%addr, "listening");
     let connecting = tokio::spawn({
