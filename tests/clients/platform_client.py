@@ -6,6 +6,10 @@ would do. Standard library only (urllib), so it shows the API needs nothing spec
 Lists the servers, then SERVER's resources and resource templates, reads the first
 resource and the `greeting://{name}` template, tries to run a turn with the read-only
 token, and prints one JSON document of what it saw. The e2e test checks the values.
+
+With $HOSTPIPE_OPENAPI (docs/openapi.json) set, every answer is also validated against
+the schema the document gives for its route, method and status (JSON Schema 2020-12,
+the dialect of OpenAPI 3.1), so the checked-in document cannot drift from the service.
 """
 import json
 import os
@@ -21,11 +25,44 @@ class HostpipeError(Exception):
         self.status, self.code = status, code
 
 
-class Hostpipe:
-    def __init__(self, base_url, token, timeout=30):
-        self.base_url, self.token, self.timeout = base_url.rstrip("/"), token, timeout
+class OpenApiCheck:
+    """Validates answers against an OpenAPI 3.1 document's response schemas."""
 
-    def _call(self, method, path, body=None):
+    def __init__(self, path):
+        from jsonschema import Draft202012Validator
+
+        with open(path, encoding="utf-8") as f:
+            self.doc = json.load(f)
+        self.validator = Draft202012Validator
+        for name, schema in self.doc["components"]["schemas"].items():
+            Draft202012Validator.check_schema(schema)
+        self.checked = 0
+
+    def check(self, route, method, status, body):
+        responses = self.doc["paths"][route][method.lower()]["responses"]
+        response = responses.get(str(status))
+        if response is None:
+            raise AssertionError(f"{method} {route}: status {status} is not documented")
+        if "$ref" in response:
+            response = self.doc["components"]["responses"][response["$ref"].rsplit("/", 1)[1]]
+        schema = response.get("content", {}).get("application/json", {}).get("schema")
+        if schema is None:
+            if body is not None:
+                raise AssertionError(f"{method} {route} {status}: a body, but none documented")
+            return
+        root = {**schema, "components": self.doc["components"]}
+        errors = sorted(self.validator(root).iter_errors(body), key=str)
+        if errors:
+            raise AssertionError(f"{method} {route} {status}: {errors[0].message} at {list(errors[0].absolute_path)}")
+        self.checked += 1
+
+
+class Hostpipe:
+    def __init__(self, base_url, token, timeout=30, openapi=None):
+        self.base_url, self.token, self.timeout = base_url.rstrip("/"), token, timeout
+        self.openapi = openapi
+
+    def _call(self, method, route, path, body=None):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base_url + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
@@ -34,33 +71,52 @@ class Hostpipe:
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as res:
                 raw = res.read()
-                return json.loads(raw) if raw else None
+                doc = json.loads(raw) if raw else None
+                if self.openapi:
+                    self.openapi.check(route, method, res.status, doc)
+                return doc
         except urllib.error.HTTPError as e:
-            err = json.loads(e.read() or b"{}").get("error", {})
+            doc = json.loads(e.read() or b"{}")
+            if self.openapi:
+                self.openapi.check(route, method, e.code, doc)
+            err = doc.get("error", {})
             raise HostpipeError(e.code, err.get("code"), err.get("message")) from None
 
+    @staticmethod
+    def _q(name):
+        return urllib.parse.quote(name, safe="")
+
     def server(self, name):
-        return self._call("GET", f"/v1/servers/{urllib.parse.quote(name, safe='')}")
+        return self._call("GET", "/v1/servers/{server}", f"/v1/servers/{self._q(name)}")
 
     def resources(self, name):
-        return self._call("GET", f"/v1/servers/{urllib.parse.quote(name, safe='')}/resources")["resources"]
+        route = "/v1/servers/{server}/resources"
+        return self._call("GET", route, f"/v1/servers/{self._q(name)}/resources")["resources"]
 
     def resource_templates(self, name):
-        path = f"/v1/servers/{urllib.parse.quote(name, safe='')}/resource-templates"
-        return self._call("GET", path)["resource_templates"]
+        route = "/v1/servers/{server}/resource-templates"
+        path = f"/v1/servers/{self._q(name)}/resource-templates"
+        return self._call("GET", route, path)["resource_templates"]
 
     def read(self, name, uri=None, template=None, arguments=None):
         body = {"uri": uri} if uri else {"template": template, "arguments": arguments or {}}
-        path = f"/v1/servers/{urllib.parse.quote(name, safe='')}/resources/read"
-        return self._call("POST", path, body)
+        route = "/v1/servers/{server}/resources/read"
+        return self._call("POST", route, f"/v1/servers/{self._q(name)}/resources/read", body)
+
+    def history(self, **filters):
+        query = urllib.parse.urlencode(filters)
+        return self._call("GET", "/v1/history", f"/v1/history?{query}")
 
     def run_turn(self, pipeline, message, **fields):
-        return self._call("POST", "/v1/turns", {"pipeline": pipeline, "message": message, **fields})
+        body = {"pipeline": pipeline, "message": message, **fields}
+        return self._call("POST", "/v1/turns", "/v1/turns", body)
 
 
 def main():
     base_url, server = sys.argv[1], sys.argv[2]
-    api = Hostpipe(base_url, os.environ["HOSTPIPE_READ_TOKEN"])
+    spec = os.environ.get("HOSTPIPE_OPENAPI")
+    check = OpenApiCheck(spec) if spec else None
+    api = Hostpipe(base_url, os.environ["HOSTPIPE_READ_TOKEN"], openapi=check)
     info = api.server(server)
     resources = api.resources(server)
     templates = api.resource_templates(server)
@@ -71,7 +127,15 @@ def main():
         turn_status, turn_error = 200, None
     except HostpipeError as e:
         turn_status, turn_error = e.status, e.code
+    try:
+        api.server("no-such-server")
+    except HostpipeError as e:
+        unknown = e.code
+    history = api.history(limit=5)
     print(json.dumps({
+        "unknown_server": unknown,
+        "history_records": len(history["records"]),
+        "openapi_checked": check.checked if check else 0,
         "server": info,
         "resources": [r["uri"] for r in resources],
         "resource_templates": [t["uri_template"] for t in templates],

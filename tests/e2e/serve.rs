@@ -1091,6 +1091,7 @@ async fn a_python_platform_lists_and_reads_through_the_api() {
         .arg(&svc.base)
         .arg("tutorial")
         .env("HOSTPIPE_READ_TOKEN", READ_TOKEN)
+        .env("HOSTPIPE_OPENAPI", root().join("docs/openapi.json"))
         .output()
         .await
         .unwrap();
@@ -1119,6 +1120,10 @@ async fn a_python_platform_lists_and_reads_through_the_api() {
     // A read-only token cannot run a turn.
     assert_eq!(doc["turn_status"], 403);
     assert_eq!(doc["turn_error"], "insufficient_scope");
+    assert_eq!(doc["unknown_server"], "unknown_server");
+    assert_eq!(doc["history_records"], 0);
+    // Every answer matched the schema docs/openapi.json gives for it.
+    assert_eq!(doc["openapi_checked"], 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
