@@ -659,9 +659,19 @@ impl LoadedConfig {
     /// Makes every pipeline use `runner`, with `settings` (key, value) written into its
     /// `[pipelines.ID.RUNNER]` section over what the file says: the `run` command's
     /// `--runner`, `--base-url` and `--model`.
+    ///
+    /// The section of the runner it replaces is dropped: it configures a runner the
+    /// pipeline no longer has (and would otherwise be an unknown key).
     pub fn override_runner(&mut self, runner: &str, settings: &[(&str, String)]) {
         for table in self.pipelines.values_mut() {
-            table.insert("runner".into(), toml::Value::String(runner.to_owned()));
+            let previous = table
+                .insert("runner".into(), toml::Value::String(runner.to_owned()))
+                .and_then(|v| v.as_str().map(str::to_owned));
+            if let Some(previous) = previous
+                && previous != runner
+            {
+                table.remove(&previous);
+            }
             if settings.is_empty() {
                 continue;
             }

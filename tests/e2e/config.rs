@@ -72,10 +72,30 @@ fn bad_configs_are_refused_with_file_and_key() {
         ),
         (
             "[pipeline.default]",
-            "bad.toml: pipeline: unknown field `pipeline`, expected one of `model`, `host`, `store`, `mcp_servers`, `summarizers`, `pipelines` (line 1, column 2)",
+            "bad.toml: pipeline: unknown field `pipeline`, expected one of `model`, `host`, `store`, `serve`, `mcp_servers`, `summarizers`, `pipelines` (line 1, column 2)",
         ),
     ];
     for (toml, expected) in cases {
         assert_eq!(build(toml).err().as_deref(), Some(expected), "for:\n{toml}");
     }
+}
+
+/// `run --runner preview` and `serve`'s preview turns switch a pipeline configured for
+/// another runner: that runner's section goes with it instead of becoming an unknown key.
+#[test]
+fn overriding_the_runner_drops_the_old_runners_section() {
+    let toml = r#"
+[pipelines.default]
+runner = "local"
+[pipelines.default.local]
+base_url = "http://127.0.0.1:9/v1"
+model = "m"
+"#;
+    let mut config = hostpipe_cli::config::parse(toml, "local.toml").unwrap();
+    config.override_runner("preview", &[]);
+    let host = Arc::new(McpHost::new(Vec::new(), HostOptions::default()));
+    let pipelines = config
+        .build_pipelines(&hostpipe_cli::registry().unwrap(), host)
+        .unwrap();
+    assert_eq!(pipelines["default"].runner_name(), "preview");
 }
