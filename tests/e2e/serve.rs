@@ -1238,3 +1238,39 @@ async fn the_admin_page_in_chromium() {
         ]
     );
 }
+
+#[test]
+fn serve_refuses_to_start_without_a_good_token() {
+    let run = |env: &[(&str, &str)]| {
+        let mut cmd = hostpipe_tests::hostpipe_command();
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--store", "none"])
+            .env_remove("HOSTPIPE_TOKEN")
+            .env_remove("HOSTPIPE_READ_TOKEN");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (out.status.code(), String::from_utf8(out.stderr).unwrap())
+    };
+    assert_eq!(
+        run(&[]),
+        (
+            Some(2),
+            "error: no API token: every /v1 route needs one. Set HOSTPIPE_TOKEN (admin) and optionally HOSTPIPE_READ_TOKEN (read-only), or [serve] admin_tokens / read_tokens\n".into()
+        )
+    );
+    assert_eq!(
+        run(&[("HOSTPIPE_TOKEN", "short")]),
+        (
+            Some(2),
+            "error: HOSTPIPE_TOKEN: the token is 5 bytes; use at least 16 (e.g. `openssl rand -hex 32`)\n".into()
+        )
+    );
+    assert_eq!(
+        run(&[("HOSTPIPE_READ_TOKEN", " 0123456789abcdef0123")]),
+        (
+            Some(2),
+            "error: HOSTPIPE_READ_TOKEN: the token has leading or trailing whitespace\n".into()
+        )
+    );
+}
