@@ -382,7 +382,9 @@ fn init_logging(verbose: u8, command: &Command) {
     // ERROR; it shows from -v on. A service logs each request and its life cycle.
     let serve = matches!(command, Command::Serve { .. });
     let default = match verbose {
-        0 if serve => "warn,rmcp=off,sqlx=error,hostpipe::access=info,hostpipe_cli::serve=info",
+        0 if serve => {
+            "warn,rmcp=off,sqlx=error,hostpipe::access=info,hostpipe::turns=info,hostpipe_cli::serve=info"
+        }
         0 => "warn,rmcp=off,sqlx=error",
         1 => "info,rmcp=warn",
         2 => "debug",

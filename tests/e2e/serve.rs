@@ -209,6 +209,48 @@ async fn every_documented_route_needs_the_right_token() {
     }
     assert_eq!(checked, 18, "every /v1 operation was checked");
 
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    let res = reqwest::Client::new()
+        .get(svc.url("/v1/servers"))
+        .header("authorization", format!("BEARER {ADMIN_TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    // A path that is not UTF-8: a JSON 400, like every other error.
+    let (s, v) = get(&svc, "/v1/servers/%ff").await;
+    assert_eq!((s, code(&v)), (StatusCode::BAD_REQUEST, "invalid_request"));
+    assert_eq!(
+        message(&v),
+        "the path: Invalid URL: Invalid UTF-8 in `server`"
+    );
+
+    // The MCP servers hostpipe started never see its tokens.
+    let children: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let after = &stat[stat.rfind(')')? + 2..];
+                    after.split(' ').nth(1)?.parse::<u32>().ok()
+                })
+                == Some(svc.pid())
+        })
+        .collect();
+    assert_eq!(children.len(), 5, "one process per configured server");
+    for pid in children {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let environ = String::from_utf8_lossy(&environ);
+        assert!(environ.contains("PATH="), "{pid}: {environ}");
+        assert!(
+            !environ.contains(ADMIN_TOKEN) && !environ.contains(READ_TOKEN),
+            "{pid}"
+        );
+        assert!(!environ.contains("HOSTPIPE_"), "{pid}: {environ}");
+    }
+
     // Off the map: JSON errors, not empty bodies.
     let (s, v) = get(&svc, "/v1/nothing-here").await;
     assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
@@ -256,7 +298,8 @@ async fn every_documented_route_needs_the_right_token() {
             && l.contains("method=GET")
             && l.contains("path=\"/v1/servers\"")
             && l.contains("status=200")
-            && l.contains("scope=\"read\"")),
+            && l.contains("scope=\"read\"")
+            && l.contains("client=\"127.0.0.1:")),
         "{log}"
     );
     assert!(log.contains("status=401"), "{log}");
@@ -1007,6 +1050,34 @@ async fn shutdown_lets_a_running_turn_finish() {
     let config = write_config(dir.path(), &dir.path().join("kb.log"));
     let mut svc = Service::start(&config, "memory", &[]).await;
     let client = reqwest::Client::new();
+
+    // A caller that gives up does not stop the turn: its read reaches the history, and
+    // the access log says the client left (499).
+    let gave_up = client
+        .post(svc.url("/v1/turns"))
+        .bearer_auth(ADMIN_TOKEN)
+        .timeout(Duration::from_millis(300))
+        .json(
+            &json!({"pipeline": "support", "message": "slow", "conversation_id": "left",
+                      "attachments": [{"server": "live", "uri": "live://sleep/1000"}]}),
+        )
+        .send()
+        .await;
+    assert!(gave_up.unwrap_err().is_timeout());
+    hostpipe_tests::eventually(
+        "the abandoned turn's read in the history",
+        Duration::from_secs(10),
+        || svc.log_text().contains("turn finished"),
+    )
+    .await;
+    let (_, history) = get(&svc, "/v1/history?conversation=left").await;
+    assert_eq!(history["records"][0]["uri"], "live://sleep/1000");
+    assert!(
+        svc.log_text()
+            .lines()
+            .any(|l| l.contains("path=\"/v1/turns\"") && l.contains("status=499"))
+    );
+
     let request = client
         .post(svc.url("/v1/turns"))
         .bearer_auth(ADMIN_TOKEN)
@@ -1079,6 +1150,36 @@ async fn slow_requests_and_turns_end_at_their_timeouts() {
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["turn", "error"]);
     assert_eq!(events[1].1["error"]["code"], "turn_timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_past_the_shutdown_timeout_ends_with_shutting_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(
+        dir.path(),
+        &dir.path().join("kb.log"),
+        "\n[serve]\nshutdown_timeout_ms = 500\n",
+    );
+    let mut svc = Service::start(&config, "memory", &[]).await;
+    let request = reqwest::Client::new()
+        .post(svc.url("/v1/turns"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"pipeline": "support", "message": "slow",
+                      "attachments": [{"server": "live", "uri": "live://sleep/8000"}]}))
+        .send();
+    let turn = tokio::spawn(request);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    svc.terminate();
+    let res = turn.await.unwrap().unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let v: Value = res.json().await.unwrap();
+    assert_eq!(code(&v), "shutting_down");
+    assert_eq!(svc.wait(Duration::from_secs(20)).await, Some(0));
+    let log = svc.log_text();
+    assert!(
+        log.contains("turn stopped before it finished; its reads are not in the history"),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

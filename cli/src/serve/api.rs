@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -25,7 +25,7 @@ use hostpipe_stages::convert::Converted;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use super::{ApiError, Body, ServeState, TurnEvent};
+use super::{ApiError, Body, Params, ServeState, TurnEvent};
 use crate::ops::{TargetError, pin_target};
 
 type St = State<Arc<ServeState>>;
@@ -175,7 +175,7 @@ async fn list_servers(State(state): St) -> Response {
     json(serde_json::json!({"servers": state.app.host.servers()}))
 }
 
-async fn get_server(State(state): St, Path(server): Path<String>) -> ApiResult {
+async fn get_server(State(state): St, Params(server): Params<String>) -> ApiResult {
     state.app.check_server(&server)?;
     let info = state
         .app
@@ -186,19 +186,19 @@ async fn get_server(State(state): St, Path(server): Path<String>) -> ApiResult {
     Ok(json(info))
 }
 
-async fn list_resources(State(state): St, Path(server): Path<String>) -> ApiResult {
+async fn list_resources(State(state): St, Params(server): Params<String>) -> ApiResult {
     state.app.check_server(&server)?;
     let resources = state.app.host.list_resources(&server).await?;
     Ok(json(serde_json::json!({"resources": &*resources})))
 }
 
-async fn list_resource_templates(State(state): St, Path(server): Path<String>) -> ApiResult {
+async fn list_resource_templates(State(state): St, Params(server): Params<String>) -> ApiResult {
     state.app.check_server(&server)?;
     let templates = state.app.host.list_resource_templates(&server).await?;
     Ok(json(serde_json::json!({"resource_templates": &*templates})))
 }
 
-async fn list_prompts(State(state): St, Path(server): Path<String>) -> ApiResult {
+async fn list_prompts(State(state): St, Params(server): Params<String>) -> ApiResult {
     state.app.check_server(&server)?;
     let prompts = state.app.host.list_prompts(&server).await?;
     Ok(json(serde_json::json!({"prompts": &*prompts})))
@@ -220,7 +220,7 @@ struct ReadBody {
 
 async fn read_resource(
     State(state): St,
-    Path(server): Path<String>,
+    Params(server): Params<String>,
     Body(body): Body<ReadBody>,
 ) -> ApiResult {
     state.app.check_server(&server)?;
@@ -343,7 +343,7 @@ struct CompleteContext {
 
 async fn complete(
     State(state): St,
-    Path(server): Path<String>,
+    Params(server): Params<String>,
     Body(body): Body<CompleteBody>,
 ) -> ApiResult {
     state.app.check_server(&server)?;
@@ -534,14 +534,14 @@ fn conversation_owner(id: String) -> ApiResult<PinOwner> {
     Ok(PinOwner::Conversation(id))
 }
 
-async fn list_pipeline_pins(State(state): St, Path(id): Path<String>) -> ApiResult {
+async fn list_pipeline_pins(State(state): St, Params(id): Params<String>) -> ApiResult {
     pipeline(&state, &id)?;
     list_pins(&state, PinOwner::Pipeline(id)).await
 }
 
 async fn add_pipeline_pin(
     State(state): St,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
     Body(body): Body<PinBody>,
 ) -> ApiResult {
     pipeline(&state, &id)?;
@@ -550,19 +550,19 @@ async fn add_pipeline_pin(
 
 async fn remove_pipeline_pin(
     State(state): St,
-    Path((id, pin_id)): Path<(String, String)>,
+    Params((id, pin_id)): Params<(String, String)>,
 ) -> ApiResult {
     pipeline(&state, &id)?;
     remove_pin(&state, PinOwner::Pipeline(id), &pin_id).await
 }
 
-async fn list_conversation_pins(State(state): St, Path(id): Path<String>) -> ApiResult {
+async fn list_conversation_pins(State(state): St, Params(id): Params<String>) -> ApiResult {
     list_pins(&state, conversation_owner(id)?).await
 }
 
 async fn add_conversation_pin(
     State(state): St,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
     Body(body): Body<PinBody>,
 ) -> ApiResult {
     add_pin(&state, conversation_owner(id)?, body).await
@@ -570,7 +570,7 @@ async fn add_conversation_pin(
 
 async fn remove_conversation_pin(
     State(state): St,
-    Path((id, pin_id)): Path<(String, String)>,
+    Params((id, pin_id)): Params<(String, String)>,
 ) -> ApiResult {
     remove_pin(&state, conversation_owner(id)?, &pin_id).await
 }
@@ -685,6 +685,14 @@ struct TurnAttachment {
     template: Option<String>,
     #[serde(default)]
     arguments: BTreeMap<String, ArgumentValue>,
+}
+
+/// Why a turn ended without an outcome.
+enum TurnEnd {
+    /// `[serve] turn_timeout_ms` passed.
+    Timeout,
+    /// The shutdown timeout passed.
+    ShuttingDown,
 }
 
 /// Largest message, in bytes (the body limit bounds it too).
@@ -839,15 +847,30 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
                     }
                 }
             };
+            let stop = state.stop_turns.clone();
             let run = async move {
                 let tap = stream.then_some(&sink);
-                tokio::time::timeout(turn_timeout, p.run_turn_tapped(turn, tap)).await
+                tokio::select! {
+                    r = tokio::time::timeout(turn_timeout, p.run_turn_tapped(turn, tap)) => {
+                        r.map_err(|_| TurnEnd::Timeout)
+                    }
+                    () = stop.cancelled() => Err(TurnEnd::ShuttingDown),
+                }
             };
             let (outcome, ()) = tokio::join!(run, forward);
             state.approver.unwatch(&turn_id);
             let result = match outcome {
-                Ok(outcome) => Ok(outcome_json(&outcome, &pipeline_id, &runner)),
-                Err(_) => Err(ApiError::new(
+                Ok(outcome) => {
+                    tracing::info!(
+                        target: "hostpipe::turns",
+                        turn_id, pipeline = pipeline_id, runner,
+                        failed = outcome.failed, ended_by = outcome.ended_by,
+                        reads = outcome.trace.reads().count(),
+                        "turn finished"
+                    );
+                    Ok(outcome_json(&outcome, &pipeline_id, &runner))
+                }
+                Err(TurnEnd::Timeout) => Err(ApiError::new(
                     StatusCode::GATEWAY_TIMEOUT,
                     "turn_timeout",
                     format!(
@@ -855,7 +878,22 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
                         turn_timeout.as_millis()
                     ),
                 )),
+                Err(TurnEnd::ShuttingDown) => Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "shutting_down",
+                    format!(
+                        "turn {turn_id} was stopped: the instance shut down before it finished ([serve] shutdown_timeout_ms)"
+                    ),
+                )),
             };
+            if let Err(e) = &result {
+                // The turn's reads so far went with it: the log is its only record.
+                tracing::warn!(
+                    target: "hostpipe::turns",
+                    turn_id, pipeline = pipeline_id, runner, code = e.code,
+                    "turn stopped before it finished; its reads are not in the history"
+                );
+            }
             if stream {
                 let last = match &result {
                     Ok(doc) => TurnEvent::Done(doc.clone()),
@@ -914,7 +952,7 @@ struct ConsentBody {
 
 async fn answer_consent_request(
     State(state): St,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
     Body(body): Body<ConsentBody>,
 ) -> ApiResult {
     state

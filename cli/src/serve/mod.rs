@@ -36,6 +36,11 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 /// The shortest token accepted, in bytes.
 pub const MIN_TOKEN_BYTES: usize = 16;
+/// The longest error message sent, in bytes (longer ones are cut).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 2048;
+/// How long a client may take to send a request's head (slow clients that never finish
+/// one hold a connection each).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The OpenAPI 3.1 document of the API, as checked in (docs/openapi.json).
 pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
@@ -213,6 +218,8 @@ pub(crate) struct ServeState {
     /// Set on SIGTERM or Ctrl-C: no new turns, `/readyz` says 503.
     draining: AtomicBool,
     turns: TaskTracker,
+    /// Cancelled when the shutdown timeout passes with turns still running.
+    stop_turns: tokio_util::sync::CancellationToken,
 }
 
 /// One event of a streamed turn (`text/event-stream`); the SSE event name is
@@ -270,10 +277,21 @@ pub struct ApiError {
 impl ApiError {
     /// An error with `status`, a stable machine-readable `code` and a message for people.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        let mut message = message.into();
+        // A message may quote the request (a URI, a server's error about it); a huge
+        // request is not echoed whole.
+        if message.len() > MAX_ERROR_MESSAGE_BYTES {
+            let mut end = MAX_ERROR_MESSAGE_BYTES;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+            message.push_str(" […]");
+        }
         Self {
             status,
             code,
-            message: message.into(),
+            message,
         }
     }
 
@@ -380,6 +398,31 @@ where
     }
 }
 
+/// `axum::extract::Path`, with its rejection (e.g. a `%ff` that is not UTF-8) as a 400
+/// [`ApiError`].
+pub(crate) struct Params<T>(pub(crate) T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for Params<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Self(v)),
+            Err(rejection) => Err(ApiError::bad_request(format!(
+                "the path: {}",
+                rejection.body_text()
+            ))),
+        }
+    }
+}
+
 /// Which scope a request to the route `route` (as routed: `/v1/servers/{server}/…`)
 /// needs: [`Scope::Read`] for `GET` and the two `POST`s that only look.
 fn needed_scope(method: &Method, route: &str) -> Scope {
@@ -410,9 +453,11 @@ async fn authorize(
             "this route needs `Authorization: Bearer TOKEN`",
         ));
     };
+    // The scheme is case-insensitive (RFC 9110 §11.1); one space, then the token.
     let token = given
-        .strip_prefix(b"Bearer ")
-        .or_else(|| given.strip_prefix(b"bearer "))
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
+        .map(|_| &given[7..])
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -449,12 +494,12 @@ async fn authorize(
     Ok(response)
 }
 
-/// One structured access-log line per request (target `hostpipe::access`, level INFO),
-/// and an `x-request-id` on every response (the caller's, or a new UUID).
+/// One structured access-log line per request (target `hostpipe::access`, level INFO):
+/// method, path, status, latency (ms, to the response head; a streamed turn goes on
+/// after it), the token's scope, the client's address and the request id, which is the
+/// caller's `x-request-id` or a new UUID, and is sent back. A request whose client went
+/// away before the answer is logged with status 499.
 async fn access_log(mut req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
     let request_id = req
         .headers()
         .get("x-request-id")
@@ -464,22 +509,55 @@ async fn access_log(mut req: Request, next: Next) -> Response {
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         req.headers_mut().insert("x-request-id", v);
     }
-    let mut response = next.run(req).await;
-    let scope = response.extensions().get::<Scope>().copied();
-    tracing::info!(
-        target: "hostpipe::access",
-        %method,
-        path,
-        status = response.status().as_u16(),
-        latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        scope = scope.map(|s| if s == Scope::Admin { "admin" } else { "read" }),
+    let mut line = AccessLine {
+        started: Instant::now(),
+        method: req.method().clone(),
+        path: req.uri().path().to_owned(),
+        client: req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+            .map(|c| c.0),
         request_id,
-        "request"
-    );
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        outcome: None,
+    };
+    let mut response = next.run(req).await;
+    if let Ok(v) = HeaderValue::from_str(&line.request_id) {
         response.headers_mut().insert("x-request-id", v);
     }
+    line.outcome = Some((
+        response.status().as_u16(),
+        response.extensions().get::<Scope>().copied(),
+    ));
     response
+}
+
+/// Writes the access-log line when the request ends, answered or dropped.
+struct AccessLine {
+    started: Instant,
+    method: Method,
+    path: String,
+    client: Option<SocketAddr>,
+    request_id: String,
+    /// Status and scope, once answered.
+    outcome: Option<(u16, Option<Scope>)>,
+}
+
+impl Drop for AccessLine {
+    fn drop(&mut self) {
+        // 499: the client closed the connection first (nginx's convention).
+        let (status, scope) = self.outcome.unwrap_or((499, None));
+        tracing::info!(
+            target: "hostpipe::access",
+            method = %self.method,
+            path = self.path.as_str(),
+            status,
+            latency_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            scope = scope.map(|s| if s == Scope::Admin { "admin" } else { "read" }),
+            client = self.client.map(|c| c.to_string()),
+            request_id = self.request_id.as_str(),
+            "request"
+        );
+    }
 }
 
 /// The router: the API under `/v1` (token required), the page, the OpenAPI document and
@@ -574,6 +652,7 @@ pub async fn serve(
         connected: AtomicBool::new(false),
         draining: AtomicBool::new(false),
         turns: TaskTracker::new(),
+        stop_turns: tokio_util::sync::CancellationToken::new(),
     });
     let router = router(Arc::clone(&state));
     println!("hostpipe: listening on http://{addr}");
@@ -600,29 +679,77 @@ pub async fn serve(
             let _ = signalled_tx.send(());
         }
     };
-    let server = axum::serve(listener, router).with_graceful_shutdown(drain);
     let shutdown_timeout = state.options.shutdown_timeout;
     let served = async {
-        server.await.context("the HTTP server failed")?;
+        accept_loop(listener, router, drain).await;
         state.turns.close();
         state.turns.wait().await;
-        anyhow::Ok(())
     };
     tokio::pin!(served);
-    let result = tokio::select! {
-        r = &mut served => r,
+    tokio::select! {
+        () = &mut served => {}
         () = async {
             let _ = signalled_rx.await;
             tokio::time::sleep(shutdown_timeout).await;
         } => {
             tracing::warn!(
                 running_turns = state.turns.len(),
-                "turns still running after the shutdown timeout; stopping anyway"
+                "turns still running after the shutdown timeout; they end with `shutting_down`"
             );
-            Ok(())
+            state.stop_turns.cancel();
+            // Their callers get the error before the connections close.
+            let _ = tokio::time::timeout(Duration::from_secs(5), &mut served).await;
         }
-    };
+    }
     connecting.abort();
     state.app.shutdown().await;
-    result
+    Ok(())
+}
+
+/// Serves HTTP/1.1 on `listener` until `shutdown` resolves, then stops accepting and
+/// waits for the open connections' requests to finish. Each connection gets
+/// [`HEADER_READ_TIMEOUT`] to send a request head, `TCP_NODELAY` (streamed events go
+/// out at once), and its peer address as `ConnectInfo` for the access log.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, client) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors, say: wait, then go on accepting.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(client));
+            let mut router = router.clone();
+            tower_service::Service::call(&mut router, req)
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, %client, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
 }

@@ -36,6 +36,9 @@ use crate::convert;
 use crate::live::{self, Observed, Signal, Signals};
 use crate::stdio::LineLimited;
 
+/// Environment variables with this prefix are hostpipe's own (`HOSTPIPE_TOKEN`,
+/// `HOSTPIPE_STORE_URL`, …) and are not passed on to stdio servers.
+const HOSTPIPE_ENV_PREFIX: &str = "HOSTPIPE_";
 /// Host-wide limits. Every value is a default that a server's config may override where
 /// it says so.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1009,6 +1012,17 @@ async fn establish(
             cwd,
         } => {
             let mut cmd = tokio::process::Command::new(command);
+            // hostpipe's own settings hold its secrets (API tokens, the store URL with its
+            // password): a server inherits the rest of the environment, never those,
+            // unless its config names them.
+            for (key, _) in std::env::vars_os() {
+                if key
+                    .to_str()
+                    .is_some_and(|k| k.starts_with(HOSTPIPE_ENV_PREFIX))
+                {
+                    cmd.env_remove(key);
+                }
+            }
             cmd.args(args)
                 .envs(env)
                 .stdin(Stdio::piped())
