@@ -392,11 +392,14 @@ pub struct Verdict {
     pub how: String,
 }
 
-/// A pipeline's consent gate: its policy, its approver, and the conversation grants.
+/// A pipeline's consent gate: its policy, its approver, and the conversation grants
+/// (in memory, and in the pipeline's attachment store when it has one, so that every
+/// worker sharing the store honours them).
 pub struct Consent {
     policy: ConsentPolicy,
     approver: Option<Arc<dyn Approver>>,
-    grants: Mutex<HashSet<(String, String, String, ReadOrigin)>>,
+    grants: Mutex<HashSet<crate::store::ConsentGrant>>,
+    store: std::sync::OnceLock<Arc<dyn crate::store::AttachmentStore>>,
 }
 
 impl std::fmt::Debug for Consent {
@@ -418,7 +421,15 @@ impl Consent {
             policy,
             approver,
             grants: Mutex::new(HashSet::new()),
+            store: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Keeps conversation grants in `store` too, and honours those it holds
+    /// ([`AttachmentStore::grant`](crate::AttachmentStore::grant)); the first store given
+    /// stays. [`Pipeline::with_store`](crate::Pipeline::with_store) calls it.
+    pub fn use_store(&self, store: Arc<dyn crate::store::AttachmentStore>) {
+        let _ = self.store.set(store);
     }
 
     /// The policy.
@@ -426,11 +437,59 @@ impl Consent {
         &self.policy
     }
 
-    fn grants(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String, String, ReadOrigin)>> {
+    fn grants(&self) -> std::sync::MutexGuard<'_, HashSet<crate::store::ConsentGrant>> {
         // Every change is one insert or clear: a poisoned set is still consistent.
         self.grants
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How long the gate waits on its store for a grant.
+    const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Whether the store holds `grant` (remembered in memory from then on). A store that
+    /// fails or is slow counts as "no": the person is asked again, never skipped.
+    async fn stored_grant(&self, grant: &crate::store::ConsentGrant) -> bool {
+        let Some(store) = self.store.get() else {
+            return false;
+        };
+        match tokio::time::timeout(Self::STORE_TIMEOUT, store.is_granted(grant)).await {
+            Ok(Ok(true)) => {
+                self.remember(grant.clone());
+                true
+            }
+            Ok(Ok(false)) => false,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "reading a consent grant failed; asking again");
+                false
+            }
+            Err(_) => {
+                tracing::warn!("the store did not answer within 5 s; asking again");
+                false
+            }
+        }
+    }
+
+    fn remember(&self, grant: crate::store::ConsentGrant) {
+        let mut grants = self.grants();
+        if grants.len() >= Self::MAX_GRANTS {
+            grants.clear();
+        }
+        grants.insert(grant);
+    }
+
+    /// Remembers `grant`, and keeps it in the store (a failure is logged: the grant then
+    /// holds in this process only).
+    async fn keep_grant(&self, grant: crate::store::ConsentGrant) {
+        if let Some(store) = self.store.get() {
+            let now = crate::store::unix_ms_now();
+            match tokio::time::timeout(Self::STORE_TIMEOUT, store.grant(&grant, now)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "keeping a consent grant failed"),
+                Err(_) => tracing::warn!("the store did not keep a consent grant within 5 s"),
+            }
+        }
+        self.remember(grant);
     }
 
     /// Decides on `request` (asking the approver when the policy says `ask`).
@@ -452,16 +511,18 @@ impl Consent {
     }
 
     async fn ask(&self, request: &ConsentRequest, by: &str) -> Verdict {
-        let key = request.conversation.as_ref().map(|c| {
-            (
-                c.clone(),
-                request.server.clone(),
-                request.uri.clone(),
-                request.origin,
-            )
-        });
+        let key = request
+            .conversation
+            .as_ref()
+            .map(|c| crate::store::ConsentGrant {
+                pipeline: request.pipeline.clone(),
+                conversation: c.clone(),
+                server: request.server.clone(),
+                uri: request.uri.clone(),
+                origin: request.origin,
+            });
         if let Some(k) = &key
-            && self.grants().contains(k)
+            && (self.grants().contains(k) || self.stored_grant(k).await)
         {
             return Verdict {
                 allowed: true,
@@ -483,11 +544,7 @@ impl Consent {
             },
             Ok(ConsentAnswer::AllowConversation) => {
                 if let Some(k) = key {
-                    let mut grants = self.grants();
-                    if grants.len() >= Self::MAX_GRANTS {
-                        grants.clear();
-                    }
-                    grants.insert(k);
+                    self.keep_grant(k).await;
                 }
                 Verdict {
                     allowed: true,

@@ -63,8 +63,8 @@ pub use source::{
 };
 pub use stage::{Stage, StageOutcome};
 pub use store::{
-    AttachmentStore, HistoryQuery, InjectionRecord, MemoryStore, NewPin, Pin, PinOwner, Pruned,
-    StoreError,
+    AttachmentStore, ConsentGrant, HistoryQuery, InjectionRecord, MemoryStore, NewPin, Pin,
+    PinOwner, Pruned, StoreError,
 };
 pub use summarize::{SummarizeError, Summarizer};
 pub use tokens::{Encoding, Tokenizer, Truncation};

@@ -105,6 +105,9 @@ impl Pipeline {
     /// ([`crate::consent`]).
     #[must_use]
     pub fn with_consent(mut self, consent: Arc<crate::consent::Consent>) -> Self {
+        if let Some(store) = &self.store {
+            consent.use_store(Arc::clone(store));
+        }
         self.consent = Some(consent);
         self
     }
@@ -124,9 +127,13 @@ impl Pipeline {
     ///
     /// A store that fails or takes longer than [`Pipeline::STORE_TIMEOUT`] does not stop
     /// the turn: it goes on without the pins, or without its history written, and the
-    /// trace has a warning saying which.
+    /// trace has a warning saying which. The pipeline's consent gate keeps its
+    /// conversation grants there too ([`Consent::use_store`](crate::consent::Consent::use_store)).
     #[must_use]
     pub fn with_store(mut self, store: Arc<dyn AttachmentStore>) -> Self {
+        if let Some(consent) = &self.consent {
+            consent.use_store(Arc::clone(&store));
+        }
         self.store = Some(store);
         self
     }

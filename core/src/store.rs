@@ -304,6 +304,47 @@ impl StoreError {
     }
 }
 
+/// An "allow for this conversation" answer ([`ConsentAnswer::AllowConversation`](crate::ConsentAnswer::AllowConversation)):
+/// the pipeline's consent gate does not ask again for the same server, URI and origin
+/// in that conversation. Kept by the store, so that every worker sharing it honours the
+/// answer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConsentGrant {
+    /// The pipeline whose policy asked.
+    pub pipeline: String,
+    /// The conversation.
+    pub conversation: String,
+    /// The MCP server.
+    pub server: String,
+    /// The resource URI.
+    pub uri: String,
+    /// Whose read: attached (host) or asked for by the model.
+    pub origin: crate::consent::ReadOrigin,
+}
+
+impl ConsentGrant {
+    /// Checks the ids' lengths.
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] for a pipeline, conversation or server id over
+    /// [`MAX_ID_BYTES`].
+    pub fn validate(&self) -> Result<(), StoreError> {
+        for (what, id) in [
+            ("pipeline", &self.pipeline),
+            ("conversation", &self.conversation),
+            ("server", &self.server),
+        ] {
+            if id.len() > MAX_ID_BYTES {
+                return Err(StoreError::invalid(format!(
+                    "the {what} id is {} bytes; at most {MAX_ID_BYTES}",
+                    id.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Where pins and the read history live. Implementations must be safe to share
 /// between tasks and processes (several workers may use one PostgreSQL database).
 ///
@@ -370,6 +411,25 @@ pub trait AttachmentStore: Send + Sync {
         now_ms: i64,
         records_before_ms: Option<i64>,
     ) -> Result<Pruned, StoreError>;
+
+    /// Keeps a conversation grant (again: no change). The default keeps nothing: the
+    /// consent gate then remembers grants in its own process only.
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] ([`ConsentGrant::validate`]), or a database error.
+    async fn grant(&self, grant: &ConsentGrant, now_ms: i64) -> Result<(), StoreError> {
+        let _ = (grant, now_ms);
+        Ok(())
+    }
+
+    /// Whether `grant` was kept by [`AttachmentStore::grant`]. The default: never.
+    ///
+    /// # Errors
+    /// A database error.
+    async fn is_granted(&self, grant: &ConsentGrant) -> Result<bool, StoreError> {
+        let _ = grant;
+        Ok(false)
+    }
 }
 
 /// An [`AttachmentStore`] in memory: nothing survives the process.
@@ -382,6 +442,7 @@ pub struct MemoryStore {
 struct MemoryInner {
     pins: Vec<Pin>,
     records: Vec<InjectionRecord>,
+    grants: std::collections::HashSet<ConsentGrant>,
 }
 
 impl MemoryStore {
@@ -408,6 +469,16 @@ pub fn new_pin_id() -> String {
 impl AttachmentStore for MemoryStore {
     fn describe(&self) -> String {
         "memory".into()
+    }
+
+    async fn grant(&self, grant: &ConsentGrant, _now_ms: i64) -> Result<(), StoreError> {
+        grant.validate()?;
+        self.lock().grants.insert(grant.clone());
+        Ok(())
+    }
+
+    async fn is_granted(&self, grant: &ConsentGrant) -> Result<bool, StoreError> {
+        Ok(self.lock().grants.contains(grant))
     }
 
     async fn pin(&self, pin: NewPin) -> Result<Pin, StoreError> {
@@ -801,6 +872,60 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
         "what is left",
         uris(store.history(&HistoryQuery::default()).await.map_err(e)?),
         vec!["kb://z".to_owned()],
+    )?;
+
+    // Conversation grants: kept once, for exactly that pipeline, conversation, server,
+    // URI and origin.
+    let grant = ConsentGrant {
+        pipeline: "p-1".into(),
+        conversation: "c-1".into(),
+        server: "kb".into(),
+        uri: format!("kb://secret/{}", "x".repeat(4000)),
+        origin: crate::consent::ReadOrigin::Host,
+    };
+    expect(
+        "not granted yet",
+        store.is_granted(&grant).await.map_err(e)?,
+        false,
+    )?;
+    store.grant(&grant, now).await.map_err(e)?;
+    store.grant(&grant, now).await.map_err(e)?;
+    expect("granted", store.is_granted(&grant).await.map_err(e)?, true)?;
+    for other in [
+        ConsentGrant {
+            conversation: "c-2".into(),
+            ..grant.clone()
+        },
+        ConsentGrant {
+            pipeline: "p-2".into(),
+            ..grant.clone()
+        },
+        ConsentGrant {
+            origin: crate::consent::ReadOrigin::Model,
+            ..grant.clone()
+        },
+        ConsentGrant {
+            uri: "kb://secret/y".into(),
+            ..grant.clone()
+        },
+    ] {
+        expect(
+            &format!("not granted: {other:?}"),
+            store.is_granted(&other).await.map_err(e)?,
+            false,
+        )?;
+    }
+    let too_long = ConsentGrant {
+        conversation: "c".repeat(MAX_ID_BYTES + 1),
+        ..grant.clone()
+    };
+    expect(
+        "an over-long conversation id is refused",
+        matches!(
+            store.grant(&too_long, now).await,
+            Err(StoreError::Invalid(_))
+        ),
+        true,
     )?;
     Ok(())
 }

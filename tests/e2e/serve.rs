@@ -1271,6 +1271,49 @@ async fn two_instances_share_one_postgres_store() {
     let (s, ready) = get(&a, "/readyz").await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(ready["store"]["ok"], true);
+
+    // "Allow for this conversation", answered on A, holds on B: grants are in the store.
+    let turn = json!({"pipeline": "support", "message": "hours?", "conversation_id": "shared",
+                      "stream": true, "attachments": [{"server": "kb", "uri": "kb://public/handbook"}]});
+    let res = reqwest::Client::new()
+        .post(a.url("/v1/turns"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&turn)
+        .send()
+        .await
+        .unwrap();
+    let base = a.base.clone();
+    let events = sse(res, move |name, data| {
+        if name == "consent_request" {
+            let url = format!(
+                "{base}/v1/consent-requests/{}",
+                data["id"].as_str().unwrap()
+            );
+            tokio::spawn(async move {
+                reqwest::Client::new()
+                    .post(url)
+                    .bearer_auth(ADMIN_TOKEN)
+                    .json(&json!({"answer": "allow_conversation"}))
+                    .send()
+                    .await
+                    .unwrap();
+            });
+        }
+    })
+    .await;
+    let (_, done) = events.last().unwrap();
+    assert_eq!(
+        done["request"]["reads"][0]["consent"],
+        "asked (rules[0] (server kb)): allowed for the conversation"
+    );
+    let mut on_b = turn;
+    on_b["stream"] = json!(false);
+    let (s, done) = post(&b, "/v1/turns", on_b).await;
+    assert_eq!(s, StatusCode::OK, "{done}");
+    assert_eq!(
+        done["request"]["reads"][0]["consent"],
+        "allowed: granted earlier for this conversation (rules[0] (server kb) asks)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,10 +2,10 @@
 //! languages (docs/http-api.md; the OpenAPI document is docs/openapi.json, served at
 //! `/openapi.json`).
 //!
-//! The service keeps no state of its own beyond the MCP sessions of its [`App`], the
-//! pending consent questions of its running turns, and each pipeline's conversation
-//! grants: pins and the read history live in the attachment store, so several instances
-//! behind a load balancer can share one PostgreSQL store.
+//! The service keeps no state of its own beyond the MCP sessions of its [`App`] and the
+//! pending consent questions of its running turns: pins, conversation grants and the
+//! read history live in the attachment store, so several instances behind a load
+//! balancer can share one PostgreSQL store.
 
 mod api;
 pub mod approver;

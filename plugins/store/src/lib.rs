@@ -33,8 +33,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hostpipe_core::store::{new_pin_id, unix_ms_now};
 use hostpipe_core::{
-    ArgumentValue, AttachmentStore, AttachmentTarget, HistoryQuery, InjectionRecord, NewPin, Pin,
-    PinOwner, Pruned, ReadOrigin, ReadRecord, Scope, StoreError,
+    ArgumentValue, AttachmentStore, AttachmentTarget, ConsentGrant, HistoryQuery, InjectionRecord,
+    NewPin, Pin, PinOwner, Pruned, ReadOrigin, ReadRecord, Scope, StoreError,
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -44,11 +44,18 @@ use sqlx::{
 };
 
 /// The schema migrations, in order. Never edit one that has shipped: add the next.
-const MIGRATIONS: [(i64, &str, &str); 1] = [(
-    1,
-    "pins and read history",
-    include_str!("../migrations/0001_pins_and_reads.sql"),
-)];
+const MIGRATIONS: [(i64, &str, &str); 2] = [
+    (
+        1,
+        "pins and read history",
+        include_str!("../migrations/0001_pins_and_reads.sql"),
+    ),
+    (
+        2,
+        "consent grants",
+        include_str!("../migrations/0002_consent_grants.sql"),
+    ),
+];
 
 /// The table that records applied migrations (not sqlx's default `_sqlx_migrations`,
 /// which the platform's own migrations may use in a shared database).
@@ -324,6 +331,29 @@ fn pin_key(owner: &PinOwner, server: &str, kind: &str, target: &str, arguments: 
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&input))
 }
 
+/// The key of a consent grant: XXH3-128 over its parts, each length-prefixed.
+fn grant_key(grant: &ConsentGrant) -> String {
+    let mut input = Vec::new();
+    for part in [
+        grant.pipeline.as_str(),
+        grant.conversation.as_str(),
+        grant.server.as_str(),
+        grant.uri.as_str(),
+        origin_str(grant.origin),
+    ] {
+        input.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        input.extend_from_slice(part.as_bytes());
+    }
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&input))
+}
+
+fn origin_str(origin: ReadOrigin) -> &'static str {
+    match origin {
+        ReadOrigin::Host => "host",
+        ReadOrigin::Model => "model",
+    }
+}
+
 /// `(kind, target, arguments JSON)` of a pin target.
 fn target_columns(target: &AttachmentTarget) -> Result<(&'static str, &str, String), StoreError> {
     match target {
@@ -453,6 +483,33 @@ impl AttachmentStore for SqlStore {
             .bind(pin_key(owner, server, kind, target, &arguments));
         let done = self.timed("unpin", query.execute(&self.pool)).await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn grant(&self, grant: &ConsentGrant, now_ms: i64) -> Result<(), StoreError> {
+        grant.validate()?;
+        let query = sqlx::query(
+            "INSERT INTO hostpipe_consent_grants \
+             (grant_key, pipeline, conversation, server, uri, origin, granted_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (grant_key) DO NOTHING",
+        )
+        .bind(grant_key(grant))
+        .bind(grant.pipeline.clone())
+        .bind(grant.conversation.clone())
+        .bind(grant.server.clone())
+        .bind(grant.uri.clone())
+        .bind(origin_str(grant.origin))
+        .bind(now_ms);
+        self.timed("grant", query.execute(&self.pool)).await?;
+        Ok(())
+    }
+
+    async fn is_granted(&self, grant: &ConsentGrant) -> Result<bool, StoreError> {
+        let query = sqlx::query("SELECT 1 FROM hostpipe_consent_grants WHERE grant_key = $1")
+            .bind(grant_key(grant));
+        let row = self
+            .timed("is_granted", query.fetch_optional(&self.pool))
+            .await?;
+        Ok(row.is_some())
     }
 
     async fn unpin_id(&self, owner: &PinOwner, id: &str) -> Result<bool, StoreError> {
