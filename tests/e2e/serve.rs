@@ -1075,7 +1075,9 @@ async fn shutdown_lets_a_running_turn_finish() {
     assert!(
         svc.log_text()
             .lines()
-            .any(|l| l.contains("path=\"/v1/turns\"") && l.contains("status=499"))
+            .any(|l| l.contains("path=\"/v1/turns\"")
+                && l.contains("status=499")
+                && l.contains("scope=\"admin\""))
     );
 
     let request = client
@@ -1127,6 +1129,23 @@ async fn slow_requests_and_turns_end_at_their_timeouts() {
         "no answer within 700 ms ([serve] request_timeout_ms)"
     );
     assert!(started.elapsed() < Duration::from_secs(4));
+    // A body that trickles in is cut off at the same bound, for turns too.
+    {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let addr = svc.base.trim_start_matches("http://").to_owned();
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "POST /v1/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"pipeline\""
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), conn.read_to_string(&mut answer))
+            .await
+            .expect("answered and closed within 5 s")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("\"body_timeout\""), "{answer}");
+    }
     let slow_turn = json!({"pipeline": "support", "message": "slow",
                            "attachments": [{"server": "live", "uri": "live://sleep/5000"}]});
     let (s, v) = post(&svc, "/v1/turns", slow_turn.clone()).await;

@@ -38,6 +38,13 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 pub const MIN_TOKEN_BYTES: usize = 16;
 /// The longest error message sent, in bytes (longer ones are cut).
 pub const MAX_ERROR_MESSAGE_BYTES: usize = 2048;
+/// How long a client may take to send a request's body once its head is in, unless the
+/// token check set [`BodyReadTimeout`] (`[serve] request_timeout_ms`).
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The body-read bound of a request, in its extensions.
+#[derive(Debug, Clone, Copy)]
+struct BodyReadTimeout(Duration);
 /// How long a client may take to send a request's head (slow clients that never finish
 /// one hold a connection each).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -378,7 +385,22 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
+        let limit = req
+            .extensions()
+            .get::<BodyReadTimeout>()
+            .map_or(BODY_READ_TIMEOUT, |t| t.0);
+        let read = axum::Json::<T>::from_request(req, state);
+        let Ok(read) = tokio::time::timeout(limit, read).await else {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {} ms ([serve] request_timeout_ms)",
+                    limit.as_millis()
+                ),
+            ));
+        };
+        match read {
             Ok(axum::Json(v)) => Ok(Self(v)),
             Err(rejection) => {
                 let status = rejection.status();
@@ -489,9 +511,12 @@ async fn authorize(
         ));
     }
     req.extensions_mut().insert(scope);
-    let mut response = next.run(req).await;
-    response.extensions_mut().insert(scope);
-    Ok(response)
+    req.extensions_mut()
+        .insert(BodyReadTimeout(state.options.request_timeout));
+    if let Some(cell) = req.extensions().get::<ScopeCell>() {
+        let _ = cell.0.set(scope);
+    }
+    Ok(next.run(req).await)
 }
 
 /// One structured access-log line per request (target `hostpipe::access`, level INFO):
@@ -509,6 +534,8 @@ async fn access_log(mut req: Request, next: Next) -> Response {
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         req.headers_mut().insert("x-request-id", v);
     }
+    let scope = ScopeCell::default();
+    req.extensions_mut().insert(scope.clone());
     let mut line = AccessLine {
         started: Instant::now(),
         method: req.method().clone(),
@@ -518,18 +545,20 @@ async fn access_log(mut req: Request, next: Next) -> Response {
             .get::<axum::extract::ConnectInfo<SocketAddr>>()
             .map(|c| c.0),
         request_id,
-        outcome: None,
+        scope,
+        status: None,
     };
     let mut response = next.run(req).await;
     if let Ok(v) = HeaderValue::from_str(&line.request_id) {
         response.headers_mut().insert("x-request-id", v);
     }
-    line.outcome = Some((
-        response.status().as_u16(),
-        response.extensions().get::<Scope>().copied(),
-    ));
+    line.status = Some(response.status().as_u16());
     response
 }
+
+/// The scope the token check found, for the access log (set once, read at the end).
+#[derive(Clone, Default)]
+struct ScopeCell(Arc<std::sync::OnceLock<Scope>>);
 
 /// Writes the access-log line when the request ends, answered or dropped.
 struct AccessLine {
@@ -538,14 +567,16 @@ struct AccessLine {
     path: String,
     client: Option<SocketAddr>,
     request_id: String,
-    /// Status and scope, once answered.
-    outcome: Option<(u16, Option<Scope>)>,
+    scope: ScopeCell,
+    /// The status, once answered.
+    status: Option<u16>,
 }
 
 impl Drop for AccessLine {
     fn drop(&mut self) {
         // 499: the client closed the connection first (nginx's convention).
-        let (status, scope) = self.outcome.unwrap_or((499, None));
+        let status = self.status.unwrap_or(499);
+        let scope = self.scope.0.get().copied();
         tracing::info!(
             target: "hostpipe::access",
             method = %self.method,
