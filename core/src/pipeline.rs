@@ -326,11 +326,41 @@ impl Pipeline {
     /// [`Pipeline::run_turn`], sending a copy of each [`RunEvent`](crate::RunEvent) to
     /// `tap` as the runner reports it ([`collect_reply_tapped`]).
     pub async fn run_turn_tapped(&self, turn: Turn, tap: Option<&EventSink>) -> TurnOutcome {
+        self.run_turn_within(turn, tap, None).await
+    }
+
+    /// [`Pipeline::run_turn_tapped`], with the whole turn bounded by `deadline`: the
+    /// stages get it as [`Turn::deadline`] (or their own, when earlier), and a runner
+    /// still running at it is stopped with [`RunError::Timeout`](crate::RunError::Timeout).
+    /// The turn then ends failed, but like any other: the reads made so far are in its
+    /// trace and in the history.
+    pub async fn run_turn_within(
+        &self,
+        mut turn: Turn,
+        tap: Option<&EventSink>,
+        deadline: Option<Instant>,
+    ) -> TurnOutcome {
+        let started = Instant::now();
+        if let Some(d) = deadline {
+            let own = turn
+                .deadline
+                .or_else(|| self.turn_timeout.map(|t| started + t));
+            turn.deadline = Some(own.map_or(d, |own| own.min(d)));
+        }
         let (request, mut trace) = match self.prepare(turn).await {
             Prepared::Request(request, trace) => (request, trace),
             Prepared::Ended(outcome) => return outcome,
         };
-        let result = collect_reply_tapped(self.runner.as_ref(), &request, tap).await;
+        let run = collect_reply_tapped(self.runner.as_ref(), &request, tap);
+        let result = match deadline {
+            None => run.await,
+            Some(d) => match tokio::time::timeout_at(d.into(), run).await {
+                Ok(result) => result,
+                Err(_) => Err(crate::RunError::Timeout(
+                    d.saturating_duration_since(started),
+                )),
+            },
+        };
         // The model's own reads (read_resource) happened during the runner.
         let before = trace.reads().count();
         if trace.collect_reads() > 0 {

@@ -1106,12 +1106,30 @@ async fn shutdown_lets_a_running_turn_finish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_requests_and_turns_end_at_their_timeouts() {
+    // A model that takes 30 s to answer (an OpenAI-compatible endpoint, wiremock).
+    let model = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_delay(Duration::from_secs(30)))
+        .mount(&model)
+        .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config_with(
-        dir.path(),
-        &dir.path().join("kb.log"),
-        "\n[serve]\nrequest_timeout_ms = 700\nturn_timeout_ms = 900\n",
+    let extra = format!(
+        r#"
+[serve]
+request_timeout_ms = 700
+turn_timeout_ms = 900
+
+[pipelines.slowmodel]
+runner = "local"
+[pipelines.slowmodel.local]
+base_url = "{}/v1"
+model = "m"
+[pipelines.slowmodel.bind_mcp_servers]
+servers = ["demo", "live"]
+"#,
+        model.uri()
     );
+    let config = write_config_with(dir.path(), &dir.path().join("kb.log"), &extra);
     let svc = Service::start(&config, "memory", &[]).await;
     let started = std::time::Instant::now();
     let (s, v) = post(
@@ -1146,15 +1164,47 @@ async fn slow_requests_and_turns_end_at_their_timeouts() {
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
         assert!(answer.contains("\"body_timeout\""), "{answer}");
     }
-    let slow_turn = json!({"pipeline": "support", "message": "slow",
-                           "attachments": [{"server": "live", "uri": "live://sleep/5000"}]});
+    // A slow read in a turn is dropped at the turn's deadline; the turn goes on with a
+    // note, and the history has the read.
+    let (s, v) = post(
+        &svc,
+        "/v1/turns",
+        json!({"pipeline": "support", "message": "slow", "conversation_id": "slow-read",
+               "attachments": [{"server": "live", "uri": "live://sleep/5000"}]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let read = &v["request"]["reads"][0];
+    assert!(
+        read["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("dropped: the turn's deadline passed after"),
+        "{read}"
+    );
+    let (_, history) = get(&svc, "/v1/history?conversation=slow-read").await;
+    assert_eq!(history["records"][0]["uri"], "live://sleep/5000");
+
+    // A slow model is stopped at the deadline: 504, and the turn's reads are kept.
+    let slow_turn = json!({"pipeline": "slowmodel", "message": "slow", "conversation_id": "slow-model",
+                           "attachments": [{"server": "demo", "uri": "demo://docs/handbook.md"}]});
+    let started = std::time::Instant::now();
     let (s, v) = post(&svc, "/v1/turns", slow_turn.clone()).await;
     assert_eq!(
         (s, code(&v)),
         (StatusCode::GATEWAY_TIMEOUT, "turn_timeout"),
         "{v}"
     );
-    assert!(message(&v).ends_with("did not finish within 900 ms ([serve] turn_timeout_ms)"));
+    assert!(
+        message(&v).ends_with(
+            "did not finish within 900 ms ([serve] turn_timeout_ms); its reads so far are in the history"
+        ),
+        "{v}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let (_, history) = get(&svc, "/v1/history?conversation=slow-model").await;
+    assert_eq!(history["records"][0]["uri"], "demo://docs/handbook.md");
+    assert_eq!(history["records"][0]["error"], Value::Null);
     // Streamed: the stream ends with an `error` event.
     let mut streamed = slow_turn;
     streamed["stream"] = json!(true);

@@ -848,10 +848,14 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
                 }
             };
             let stop = state.stop_turns.clone();
+            let deadline = std::time::Instant::now() + turn_timeout;
             let run = async move {
                 let tap = stream.then_some(&sink);
+                // The pipeline ends the turn at its deadline, trace and history kept; the
+                // outer bound only catches a stage that does not honour it.
+                let bounded = p.run_turn_within(turn, tap, Some(deadline));
                 tokio::select! {
-                    r = tokio::time::timeout(turn_timeout, p.run_turn_tapped(turn, tap)) => {
+                    r = tokio::time::timeout(turn_timeout + Duration::from_secs(5), bounded) => {
                         r.map_err(|_| TurnEnd::Timeout)
                     }
                     () = stop.cancelled() => Err(TurnEnd::ShuttingDown),
@@ -859,7 +863,23 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
             };
             let (outcome, ()) = tokio::join!(run, forward);
             state.approver.unwatch(&turn_id);
-            let result = match outcome {
+            let result = match &outcome {
+                Ok(outcome) if outcome.failed && std::time::Instant::now() >= deadline => {
+                    tracing::warn!(
+                        target: "hostpipe::turns",
+                        turn_id, pipeline = pipeline_id, runner,
+                        reads = outcome.trace.reads().count(),
+                        "turn timed out; its reads so far are in the history"
+                    );
+                    Err(ApiError::new(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "turn_timeout",
+                        format!(
+                            "turn {turn_id} did not finish within {} ms ([serve] turn_timeout_ms); its reads so far are in the history",
+                            turn_timeout.as_millis()
+                        ),
+                    ))
+                }
                 Ok(outcome) => {
                     tracing::info!(
                         target: "hostpipe::turns",
@@ -868,7 +888,7 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
                         reads = outcome.trace.reads().count(),
                         "turn finished"
                     );
-                    Ok(outcome_json(&outcome, &pipeline_id, &runner))
+                    Ok(outcome_json(outcome, &pipeline_id, &runner))
                 }
                 Err(TurnEnd::Timeout) => Err(ApiError::new(
                     StatusCode::GATEWAY_TIMEOUT,
@@ -886,7 +906,7 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
                     ),
                 )),
             };
-            if let Err(e) = &result {
+            if let (Err(e), Err(_)) = (&result, &outcome) {
                 // The turn's reads so far went with it: the log is its only record.
                 tracing::warn!(
                     target: "hostpipe::turns",
