@@ -848,7 +848,8 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
                 }
             };
             let stop = state.stop_turns.clone();
-            let deadline = std::time::Instant::now() + turn_timeout;
+            let started = std::time::Instant::now();
+            let deadline = started + turn_timeout;
             let run = async move {
                 let tap = stream.then_some(&sink);
                 // The pipeline ends the turn at its deadline, trace and history kept; the
@@ -886,6 +887,7 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
                         turn_id, pipeline = pipeline_id, runner,
                         failed = outcome.failed, ended_by = outcome.ended_by,
                         reads = outcome.trace.reads().count(),
+                        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                         "turn finished"
                     );
                     Ok(outcome_json(outcome, &pipeline_id, &runner))
