@@ -854,7 +854,9 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Read { server, uri, json } => {
-            let items = app.preview_read(&server, &uri, &app.config.model).await?;
+            let items = app
+                .preview_read(&server, &uri, None, &app.config.model)
+                .await?;
             if json {
                 let items: Vec<serde_json::Value> = items
                     .iter()

@@ -141,7 +141,8 @@ impl App {
 
     /// Reads `uri` from `server` and converts each item as the pipeline's
     /// `resource_context_injection` would for `model` (MIME rules, image checks, blob
-    /// descriptions; no budget, no consent: this is an operator's look).
+    /// descriptions; no budget, no consent: this is an operator's look). When `uri` was
+    /// expanded from `template`, the template's listing describes it, as in a turn.
     ///
     /// # Errors
     /// The server's [`SourceError`] (unknown, unavailable, not found, …).
@@ -149,22 +150,41 @@ impl App {
         &self,
         server: &str,
         uri: &str,
+        template: Option<&str>,
         model: &ModelProfile,
     ) -> Result<Vec<PreviewItem>, SourceError> {
         let contents = self.host.read_resource(server, uri).await?.contents;
         // The listing's name, description and MIME type, as the pipeline uses them.
-        let meta = match self.host.list_resources(server).await {
-            Ok(listed) => listed
-                .iter()
-                .find(|r| r.uri == uri)
-                .map(|r| ResourceMeta {
-                    name: Some(r.title.clone().unwrap_or_else(|| r.name.clone())),
-                    description: r.description.clone(),
-                    listed_mime: r.mime_type.clone(),
-                })
-                .unwrap_or_default(),
-            Err(_) => ResourceMeta::default(),
-        };
+        let meta = match template {
+            Some(template) => self
+                .host
+                .list_resource_templates(server)
+                .await
+                .ok()
+                .and_then(|listed| {
+                    listed
+                        .iter()
+                        .find(|t| t.uri_template == template)
+                        .map(|t| ResourceMeta {
+                            name: Some(t.title.clone().unwrap_or_else(|| t.name.clone())),
+                            description: t.description.clone(),
+                            listed_mime: t.mime_type.clone(),
+                        })
+                }),
+            None => self
+                .host
+                .list_resources(server)
+                .await
+                .ok()
+                .and_then(|listed| {
+                    listed.iter().find(|r| r.uri == uri).map(|r| ResourceMeta {
+                        name: Some(r.title.clone().unwrap_or_else(|| r.name.clone())),
+                        description: r.description.clone(),
+                        listed_mime: r.mime_type.clone(),
+                    })
+                }),
+        }
+        .unwrap_or_default();
         Ok(contents
             .iter()
             .cloned()

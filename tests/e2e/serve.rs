@@ -403,10 +403,20 @@ async fn servers_resources_reads_and_completion() {
     let (s, v) = post(
         &svc,
         &read("everything"),
-        json!({"uri": "demo://resource/static/document/architecture.md"}),
+        json!({"template": "demo://resource/dynamic/blob/{resourceId}", "arguments": {"resourceId": "3"}}),
     )
     .await;
     assert_eq!(s, StatusCode::OK, "{v}");
+    // As a turn has it: the template lists text/plain, the server sends a blob, and the
+    // declarations conflict, so it stays binary (docs/configuration.md).
+    assert_eq!(v["contents"][0]["kind"], "fallback", "{v}");
+    assert_eq!(v["contents"][0]["reason"]["kind"], "binary");
+    assert!(
+        v["contents"][0]["text"].as_str().unwrap().starts_with(
+            "[binary resource demo://resource/dynamic/blob/3 not shown (Dynamic Blob Resource, "
+        ),
+        "{v}"
+    );
     // A template, expanded with its arguments.
     let (s, v) = post(
         &svc,
@@ -495,6 +505,10 @@ async fn servers_resources_reads_and_completion() {
         (s, code(&v)),
         (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
     );
+    assert_eq!(
+        message(&v),
+        "the body is over 1048576 bytes ([serve] max_body_bytes)"
+    );
     let (s, v) = post(
         &svc,
         "/v1/turns",
@@ -525,6 +539,18 @@ async fn servers_resources_reads_and_completion() {
     assert_eq!(
         (s, code(&v)),
         (StatusCode::BAD_REQUEST, "invalid_body"),
+        "{v}"
+    );
+    // The server refuses an unknown prompt: its -32602 is not a missing resource.
+    let (s, v) = post(
+        &svc,
+        "/v1/servers/everything/completion",
+        json!({"ref": {"type": "ref/prompt", "name": "nope"}, "argument": {"name": "a"}}),
+    )
+    .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::BAD_REQUEST, "invalid_params"),
         "{v}"
     );
 
@@ -810,7 +836,7 @@ async fn attachments_turns_and_history() {
             json!({"pipeline": "nope", "message": "x"}),
             StatusCode::NOT_FOUND,
             "unknown_pipeline",
-            "",
+            "no pipeline `nope`; pipelines: default, support",
         ),
         (
             json!({"pipeline": "default", "message": "  "}),

@@ -224,6 +224,7 @@ async fn read_resource(
     Body(body): Body<ReadBody>,
 ) -> ApiResult {
     state.app.check_server(&server)?;
+    let from_template = body.template.clone();
     let uri = match (body.uri, body.template) {
         (Some(uri), None) if body.arguments.is_empty() => uri,
         (Some(_), None) => {
@@ -263,7 +264,10 @@ async fn read_resource(
         Some(id) => Arc::clone(pipeline(&state, id)?.model()),
         None => Arc::new(state.app.config.model.clone()),
     };
-    let items = state.app.preview_read(&server, &uri, &model).await?;
+    let items = state
+        .app
+        .preview_read(&server, &uri, from_template.as_deref(), &model)
+        .await?;
     let contents: Vec<serde_json::Value> = items
         .into_iter()
         .map(|item| {
@@ -372,10 +376,13 @@ async fn complete(
 // ---- pipelines and attachments ------------------------------------------------------
 
 fn pipeline<'a>(state: &'a ServeState, id: &str) -> ApiResult<&'a Pipeline> {
-    state
-        .app
-        .pipeline(id)
-        .map_err(|e| ApiError::not_found("unknown_pipeline", format!("{e:#}")))
+    state.app.pipelines.get(id).ok_or_else(|| {
+        let ids: Vec<&str> = state.app.pipelines.keys().map(String::as_str).collect();
+        ApiError::not_found(
+            "unknown_pipeline",
+            format!("no pipeline `{id}`; pipelines: {}", ids.join(", ")),
+        )
+    })
 }
 
 async fn list_pipelines(State(state): St) -> Response {

@@ -39,12 +39,17 @@ pub const MIN_TOKEN_BYTES: usize = 16;
 /// The longest error message sent, in bytes (longer ones are cut).
 pub const MAX_ERROR_MESSAGE_BYTES: usize = 2048;
 /// How long a client may take to send a request's body once its head is in, unless the
-/// token check set [`BodyReadTimeout`] (`[serve] request_timeout_ms`).
+/// token check set [`BodyLimits`] (`[serve] request_timeout_ms`).
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The body-read bound of a request, in its extensions.
+/// The body limits of a request, in its extensions (set by the token check).
 #[derive(Debug, Clone, Copy)]
-struct BodyReadTimeout(Duration);
+struct BodyLimits {
+    /// How long the body may take to arrive.
+    timeout: Duration,
+    /// Its largest size, bytes.
+    max_bytes: usize,
+}
 /// How long a client may take to send a request's head (slow clients that never finish
 /// one hold a connection each).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -349,7 +354,11 @@ impl From<SourceError> for ApiError {
             }
             SourceError::NotSupported { .. } => (StatusCode::CONFLICT, "not_supported"),
             SourceError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "server_timeout"),
-            e if e.is_not_found() => (StatusCode::NOT_FOUND, "resource_not_found"),
+            SourceError::Protocol { operation, .. }
+                if e.is_not_found() && operation == "resources/read" =>
+            {
+                (StatusCode::NOT_FOUND, "resource_not_found")
+            }
             SourceError::Protocol { code: -32602, .. } => {
                 (StatusCode::BAD_REQUEST, "invalid_params")
             }
@@ -385,10 +394,8 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let limit = req
-            .extensions()
-            .get::<BodyReadTimeout>()
-            .map_or(BODY_READ_TIMEOUT, |t| t.0);
+        let limits = req.extensions().get::<BodyLimits>().copied();
+        let limit = limits.map_or(BODY_READ_TIMEOUT, |l| l.timeout);
         let read = axum::Json::<T>::from_request(req, state);
         let Ok(read) = tokio::time::timeout(limit, read).await else {
             return Err(ApiError::new(
@@ -414,7 +421,14 @@ where
                 } else {
                     status
                 };
-                Err(ApiError::new(status, code, rejection.body_text()))
+                let message = match (status, limits) {
+                    (StatusCode::PAYLOAD_TOO_LARGE, Some(l)) => format!(
+                        "the body is over {} bytes ([serve] max_body_bytes)",
+                        l.max_bytes
+                    ),
+                    _ => rejection.body_text(),
+                };
+                Err(ApiError::new(status, code, message))
             }
         }
     }
@@ -511,8 +525,10 @@ async fn authorize(
         ));
     }
     req.extensions_mut().insert(scope);
-    req.extensions_mut()
-        .insert(BodyReadTimeout(state.options.request_timeout));
+    req.extensions_mut().insert(BodyLimits {
+        timeout: state.options.request_timeout,
+        max_bytes: state.options.max_body_bytes,
+    });
     if let Some(cell) = req.extensions().get::<ScopeCell>() {
         let _ = cell.0.set(scope);
     }

@@ -213,6 +213,7 @@ async function loadHistory(fresh) {
       read.origin === "model" ? "model" : read.scope,
       tokens,
       treatmentLabel(read.treatment, read.tokens_after),
+      read.consent || "",
       read.error || "",
     ];
     const tr = el("tr", { class: read.error ? "error" : "", "data-uri": read.uri }, ...cells.map((c) => el("td", {}, c)));
