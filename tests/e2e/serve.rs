@@ -650,6 +650,12 @@ async fn attachments_turns_and_history() {
             "invalid_request",
             "`expires_in_ms` is 0: a pin that expires at once never applies",
         ),
+        (
+            json!({"server": "demo", "uri": "demo://docs/{topic}", "arguments": {"topic": "x"}}),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "a `uri` with `{` is a template: give it as `template`, with `arguments`",
+        ),
     ] {
         let (s, v) = post(&svc, pins, body.clone()).await;
         assert_eq!((s, code(&v), message(&v)), (status, code_, msg), "{body}");

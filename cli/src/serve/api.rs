@@ -415,6 +415,11 @@ fn target_error(e: TargetError) -> ApiError {
     }
 }
 
+/// A `uri` that is a template: said so, rather than guessed.
+fn uri_with_brace() -> ApiError {
+    ApiError::bad_request("a `uri` with `{` is a template: give it as `template`, with `arguments`")
+}
+
 /// `POST …/attachments`: a URI, or a template with its arguments.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -464,6 +469,7 @@ async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResul
             _ => ApiError::new(StatusCode::CONFLICT, "server_not_bound", format!("{e:#}")),
         })?;
     let target = match (body.uri, body.template) {
+        (Some(uri), None) if uri.contains('{') => return Err(uri_with_brace()),
         (Some(uri), None) => pin_target(&uri, body.arguments),
         (None, Some(template)) if template.contains('{') => pin_target(&template, body.arguments),
         (None, Some(template)) => {
@@ -478,11 +484,6 @@ async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResul
         }
     }
     .map_err(target_error)?;
-    if matches!(&target, AttachmentTarget::Uri { uri } if uri.contains('{')) {
-        return Err(ApiError::bad_request(
-            "a `uri` with `{` is a template: give it as `template`, with `arguments`",
-        ));
-    }
     let expires_at_ms = match body.expires_in_ms {
         Some(0) => {
             return Err(ApiError::bad_request(
@@ -746,6 +747,12 @@ fn turn_from(state: &ServeState, body: TurnBody) -> ApiResult<Turn> {
             .check_server(&a.server)
             .map_err(|e| ApiError::bad_request(format!("attachments[{i}]: {e}")))?;
         let target = match (a.uri, a.template) {
+            (Some(uri), None) if uri.contains('{') => {
+                return Err(ApiError::bad_request(format!(
+                    "attachments[{i}]: {}",
+                    uri_with_brace().message
+                )));
+            }
             (Some(uri), None) => pin_target(&uri, a.arguments),
             (None, Some(t)) => pin_target(&t, a.arguments),
             _ => {
