@@ -165,11 +165,7 @@ impl App {
                     listed
                         .iter()
                         .find(|t| t.uri_template == template)
-                        .map(|t| ResourceMeta {
-                            name: Some(t.title.clone().unwrap_or_else(|| t.name.clone())),
-                            description: t.description.clone(),
-                            listed_mime: t.mime_type.clone(),
-                        })
+                        .map(ResourceMeta::of_template)
                 }),
             None => self
                 .host
@@ -177,11 +173,10 @@ impl App {
                 .await
                 .ok()
                 .and_then(|listed| {
-                    listed.iter().find(|r| r.uri == uri).map(|r| ResourceMeta {
-                        name: Some(r.title.clone().unwrap_or_else(|| r.name.clone())),
-                        description: r.description.clone(),
-                        listed_mime: r.mime_type.clone(),
-                    })
+                    listed
+                        .iter()
+                        .find(|r| r.uri == uri)
+                        .map(ResourceMeta::of_resource)
                 }),
         }
         .unwrap_or_default();

@@ -16,7 +16,7 @@
 
 use std::io::Cursor;
 
-use hostpipe_core::{FallbackReason, ModelProfile, ResourceContents};
+use hostpipe_core::{FallbackReason, ModelProfile, Resource, ResourceContents, ResourceTemplate};
 
 /// What the listing said about a resource, to describe it and to check its MIME type.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,6 +27,28 @@ pub struct ResourceMeta {
     pub description: Option<String>,
     /// MIME type from `resources/list` or the template.
     pub listed_mime: Option<String>,
+}
+
+impl ResourceMeta {
+    /// What `resources/list` said of a resource: its title (else its name), description
+    /// and MIME type.
+    pub fn of_resource(r: &Resource) -> Self {
+        Self {
+            name: Some(r.title.clone().unwrap_or_else(|| r.name.clone())),
+            description: r.description.clone(),
+            listed_mime: r.mime_type.clone(),
+        }
+    }
+
+    /// What `resources/templates/list` said of the template a URI was expanded from:
+    /// its title (else its name), description and MIME type.
+    pub fn of_template(t: &ResourceTemplate) -> Self {
+        Self {
+            name: Some(t.title.clone().unwrap_or_else(|| t.name.clone())),
+            description: t.description.clone(),
+            listed_mime: t.mime_type.clone(),
+        }
+    }
 }
 
 /// Limits checked before anything is decoded.

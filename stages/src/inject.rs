@@ -456,11 +456,7 @@ async fn listed(mcp: &dyn McpSource, source: &BlockSource, uri: &str) -> Listed 
         if let Ok(templates) = mcp.list_resource_templates(&source.server).await
             && let Some(t) = templates.iter().find(|x| x.uri_template == t.uri_template)
         {
-            out.meta = ResourceMeta {
-                name: Some(t.title.clone().unwrap_or_else(|| t.name.clone())),
-                description: t.description.clone(),
-                listed_mime: t.mime_type.clone(),
-            };
+            out.meta = ResourceMeta::of_template(t);
             if let Some(a) = &t.annotations {
                 out.priority = a.priority;
                 out.last_modified.clone_from(&a.last_modified);
@@ -472,11 +468,7 @@ async fn listed(mcp: &dyn McpSource, source: &BlockSource, uri: &str) -> Listed 
     if let Ok(resources) = mcp.list_resources(&source.server).await
         && let Some(r) = resources.iter().find(|r| r.uri == uri)
     {
-        out.meta = ResourceMeta {
-            name: Some(r.title.clone().unwrap_or_else(|| r.name.clone())),
-            description: r.description.clone(),
-            listed_mime: r.mime_type.clone(),
-        };
+        out.meta = ResourceMeta::of_resource(r);
         out.size = r.size;
         if let Some(a) = &r.annotations {
             out.priority = a.priority;

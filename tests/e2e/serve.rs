@@ -917,6 +917,41 @@ async fn sse(
     events
 }
 
+/// Runs one streamed turn on `svc` and reads its events to the end, answering each
+/// `consent_request` with `answer` through `POST /v1/consent-requests/{id}` (`None`:
+/// leaves them unanswered). The body streams with `"stream": true`; without that key the
+/// request asks for `Accept: text/event-stream` instead.
+async fn streamed_turn(svc: &Service, body: &Value, answer: Option<&str>) -> Vec<(String, Value)> {
+    let mut req = reqwest::Client::new()
+        .post(svc.url("/v1/turns"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(body);
+    if body.get("stream").is_none() {
+        req = req.header("accept", "text/event-stream");
+    }
+    let res = req.send().await.unwrap();
+    let (base, answer) = (svc.base.clone(), answer.map(str::to_owned));
+    sse(res, move |name, data| {
+        if let (Some(answer), "consent_request") = (&answer, name) {
+            let url = format!(
+                "{base}/v1/consent-requests/{}",
+                data["id"].as_str().unwrap()
+            );
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                reqwest::Client::new()
+                    .post(url)
+                    .bearer_auth(ADMIN_TOKEN)
+                    .json(&json!({ "answer": answer }))
+                    .send()
+                    .await
+                    .unwrap();
+            });
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_turn_asks_for_consent_and_the_answer_comes_through_the_api() {
     let dir = tempfile::tempdir().unwrap();
@@ -1010,32 +1045,11 @@ async fn a_streamed_turn_asks_for_consent_and_the_answer_comes_through_the_api()
     );
 
     // Denied: nothing reaches the server; the model is told it was withheld.
-    let res = client
-        .post(svc.url("/v1/turns"))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("accept", "text/event-stream")
-        .json(&json!({"pipeline": "support", "message": "plan?", "attachments": [{"server": "kb", "uri": "kb://secret/plan"}]}))
-        .send()
-        .await
-        .unwrap();
-    let base = svc.base.clone();
-    let events = sse(res, move |name, data| {
-        if name == "consent_request" {
-            let url = format!(
-                "{base}/v1/consent-requests/{}",
-                data["id"].as_str().unwrap()
-            );
-            tokio::spawn(async move {
-                reqwest::Client::new()
-                    .post(url)
-                    .bearer_auth(ADMIN_TOKEN)
-                    .json(&json!({"answer": "deny"}))
-                    .send()
-                    .await
-                    .unwrap();
-            });
-        }
-    })
+    let events = streamed_turn(
+        &svc,
+        &json!({"pipeline": "support", "message": "plan?", "attachments": [{"server": "kb", "uri": "kb://secret/plan"}]}),
+        Some("deny"),
+    )
     .await;
     let (name, done) = events.last().unwrap();
     assert_eq!(name, "done");
@@ -1240,14 +1254,7 @@ servers = ["demo", "live"]
     // Streamed: the stream ends with an `error` event.
     let mut streamed = slow_turn;
     streamed["stream"] = json!(true);
-    let res = reqwest::Client::new()
-        .post(svc.url("/v1/turns"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&streamed)
-        .send()
-        .await
-        .unwrap();
-    let events = sse(res, |_, _| {}).await;
+    let events = streamed_turn(&svc, &streamed, None).await;
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["turn", "error"]);
     assert_eq!(events[1].1["error"]["code"], "turn_timeout");
@@ -1376,32 +1383,7 @@ async fn two_instances_share_one_postgres_store() {
     // "Allow for this conversation", answered on A, holds on B: grants are in the store.
     let turn = json!({"pipeline": "support", "message": "hours?", "conversation_id": "shared",
                       "stream": true, "attachments": [{"server": "kb", "uri": "kb://public/handbook"}]});
-    let res = reqwest::Client::new()
-        .post(a.url("/v1/turns"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&turn)
-        .send()
-        .await
-        .unwrap();
-    let base = a.base.clone();
-    let events = sse(res, move |name, data| {
-        if name == "consent_request" {
-            let url = format!(
-                "{base}/v1/consent-requests/{}",
-                data["id"].as_str().unwrap()
-            );
-            tokio::spawn(async move {
-                reqwest::Client::new()
-                    .post(url)
-                    .bearer_auth(ADMIN_TOKEN)
-                    .json(&json!({"answer": "allow_conversation"}))
-                    .send()
-                    .await
-                    .unwrap();
-            });
-        }
-    })
-    .await;
+    let events = streamed_turn(&a, &turn, Some("allow_conversation")).await;
     let (_, done) = events.last().unwrap();
     assert_eq!(
         done["request"]["reads"][0]["consent"],

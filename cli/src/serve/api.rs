@@ -943,7 +943,8 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
     if stream {
         let events = futures_util::stream::unfold(rx, |mut rx| async move {
             let e = rx.recv().await?;
-            let event = Event::default().event(e.name()).data(e.data());
+            let (name, data) = e.encode();
+            let event = Event::default().event(name).data(data);
             Some((Ok::<_, Infallible>(event), rx))
         });
         return Ok(Sse::new(events)

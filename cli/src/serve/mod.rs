@@ -103,39 +103,47 @@ impl Tokens {
         env_admin: Option<String>,
         env_read: Option<String>,
     ) -> anyhow::Result<Self> {
-        let mut tokens = Self::default();
-        let admin = section
-            .admin_tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (format!("[serve] admin_tokens[{i}]"), t.clone()))
-            .chain(env_admin.map(|t| ("HOSTPIPE_TOKEN".to_owned(), t)));
-        let read = section
-            .read_tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (format!("[serve] read_tokens[{i}]"), t.clone()))
-            .chain(env_read.map(|t| ("HOSTPIPE_READ_TOKEN".to_owned(), t)));
-        for (scope, list) in [
-            (Scope::Admin, admin.collect::<Vec<_>>()),
-            (Scope::Read, read.collect()),
-        ] {
-            for (source, token) in list {
-                if token.trim() != token {
-                    anyhow::bail!("{source}: the token has leading or trailing whitespace");
-                }
-                if token.len() < MIN_TOKEN_BYTES {
-                    anyhow::bail!(
-                        "{source}: the token is {} bytes; use at least {MIN_TOKEN_BYTES} (e.g. `openssl rand -hex 32`)",
-                        token.len()
-                    );
-                }
-                match scope {
-                    Scope::Admin => tokens.admin.push(token.into_bytes()),
-                    Scope::Read => tokens.read.push(token.into_bytes()),
-                }
-            }
+        /// The checked tokens of one scope: `[serve] KEY[i]`, then `env` (named `env_name`).
+        fn checked(
+            key: &str,
+            configured: &[String],
+            env_name: &str,
+            env: Option<String>,
+        ) -> anyhow::Result<Vec<Vec<u8>>> {
+            let sources = configured
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("[serve] {key}[{i}]"), t.clone()))
+                .chain(env.map(|t| (env_name.to_owned(), t)));
+            sources
+                .map(|(source, token)| {
+                    if token.trim() != token {
+                        anyhow::bail!("{source}: the token has leading or trailing whitespace");
+                    }
+                    if token.len() < MIN_TOKEN_BYTES {
+                        anyhow::bail!(
+                            "{source}: the token is {} bytes; use at least {MIN_TOKEN_BYTES} (e.g. `openssl rand -hex 32`)",
+                            token.len()
+                        );
+                    }
+                    Ok(token.into_bytes())
+                })
+                .collect()
         }
+        let tokens = Self {
+            admin: checked(
+                "admin_tokens",
+                &section.admin_tokens,
+                "HOSTPIPE_TOKEN",
+                env_admin,
+            )?,
+            read: checked(
+                "read_tokens",
+                &section.read_tokens,
+                "HOSTPIPE_READ_TOKEN",
+                env_read,
+            )?,
+        };
         if tokens.admin.is_empty() && tokens.read.is_empty() {
             anyhow::bail!(
                 "no API token: every /v1 route needs one. Set HOSTPIPE_TOKEN (admin) and optionally HOSTPIPE_READ_TOKEN (read-only), or [serve] admin_tokens / read_tokens"
@@ -251,30 +259,30 @@ pub enum TurnEvent {
 }
 
 impl TurnEvent {
-    /// The SSE event name: `turn`, a [`RunEvent`]'s tag (`message_delta`,
-    /// `tool_call_started`, …), `consent_request`, `done` or `error`.
-    pub fn name(&self) -> String {
-        match self {
-            Self::Started(_) => "turn".into(),
-            Self::Run(e) => serde_json::to_value(e)
-                .ok()
-                .and_then(|v| v.get("event").and_then(|t| t.as_str()).map(str::to_owned))
-                .unwrap_or_else(|| "run_event".into()),
-            Self::ConsentRequest(_) => "consent_request".into(),
-            Self::Done(_) => "done".into(),
-            Self::Error(_) => "error".into(),
-        }
-    }
-
-    /// The SSE data: one line of JSON.
-    pub fn data(&self) -> String {
-        let value = match self {
-            Self::Started(v) | Self::Done(v) => serde_json::to_string(v),
-            Self::Run(e) => serde_json::to_string(e),
-            Self::ConsentRequest(c) => serde_json::to_string(c),
-            Self::Error(e) => serde_json::to_string(&e.body()),
+    /// The SSE event name and data, each event serialized once. The name is `turn`, a
+    /// [`RunEvent`]'s tag (`message_delta`, `tool_call_started`, …), `consent_request`,
+    /// `done` or `error`; the data is one line of JSON.
+    pub fn encode(&self) -> (String, String) {
+        let (name, data) = match self {
+            Self::Started(v) => ("turn".to_owned(), serde_json::to_string(v)),
+            Self::Run(e) => match serde_json::to_value(e) {
+                Ok(v) => {
+                    let tag = v
+                        .get("event")
+                        .and_then(|t| t.as_str())
+                        .unwrap_or("run_event");
+                    (tag.to_owned(), Ok(v.to_string()))
+                }
+                Err(err) => ("run_event".to_owned(), Err(err)),
+            },
+            Self::ConsentRequest(c) => ("consent_request".to_owned(), serde_json::to_string(c)),
+            Self::Done(v) => ("done".to_owned(), serde_json::to_string(v)),
+            Self::Error(e) => ("error".to_owned(), serde_json::to_string(&e.body())),
         };
-        value.unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        // These types always serialize; should one not, the caller still gets JSON.
+        let data =
+            data.unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }).to_string());
+        (name, data)
     }
 }
 
@@ -524,7 +532,6 @@ async fn authorize(
             ),
         ));
     }
-    req.extensions_mut().insert(scope);
     req.extensions_mut().insert(BodyLimits {
         timeout: state.options.request_timeout,
         max_bytes: state.options.max_body_bytes,
