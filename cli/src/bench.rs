@@ -105,6 +105,7 @@ pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<Be
             template: None,
             arguments: Default::default(),
             strategy: None,
+            must: false,
         })
         .collect::<Vec<_>>();
     if attachments.is_empty() {

@@ -656,6 +656,25 @@ impl LoadedConfig {
             .collect()
     }
 
+    /// Sets pipeline `id`'s resource budget to `budget` tokens
+    /// (`[pipelines.ID.resource_context_injection] budget_tokens`, dropping a
+    /// `budget_share`): `hostpipe eval` runs one pipeline per budget.
+    pub fn override_budget(&mut self, id: &str, budget: usize) {
+        let Some(table) = self.pipelines.get_mut(id) else {
+            return;
+        };
+        let section = table
+            .entry("resource_context_injection".to_owned())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(t) = section {
+            t.remove("budget_share");
+            t.insert(
+                "budget_tokens".into(),
+                toml::Value::Integer(i64::try_from(budget).unwrap_or(i64::MAX)),
+            );
+        }
+    }
+
     /// Makes every pipeline use `runner`, with `settings` (key, value) written into its
     /// `[pipelines.ID.RUNNER]` section over what the file says: the `run` command's
     /// `--runner`, `--base-url` and `--model`.

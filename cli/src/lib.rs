@@ -6,6 +6,7 @@ pub mod approver;
 pub mod bench;
 pub mod config;
 pub mod demo;
+pub mod eval;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ops;

@@ -259,6 +259,25 @@ enum Command {
         #[arg(last = true, required = true)]
         server: Vec<String>,
     },
+    /// Measure answer recall: run a questions file (JSON lines: question, answers,
+    /// attach) through a pipeline at each budget and print recall and tokens used
+    /// (docs/evaluation.md). Exit code 0 whatever the recall.
+    Eval {
+        /// The questions file (JSON lines).
+        questions: PathBuf,
+        /// Budgets in tokens, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1000,2000,4000")]
+        budgets: Vec<usize>,
+        /// Pipeline id.
+        #[arg(long, default_value = "default")]
+        pipeline: String,
+        /// Turns run at a time.
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+        /// Print the report as one JSON document (with every miss).
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the HTTP API and the admin page until SIGTERM or Ctrl-C (docs/http-api.md).
     /// Needs a token: HOSTPIPE_TOKEN (admin), HOSTPIPE_READ_TOKEN (read-only) or
     /// `[serve] admin_tokens` / `read_tokens`.
@@ -696,6 +715,51 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        Command::Eval {
+            questions,
+            budgets,
+            pipeline,
+            jobs,
+            json,
+        } => {
+            let questions = hostpipe_cli::eval::read_questions(&questions)?;
+            if budgets.is_empty() || budgets.contains(&0) {
+                bail!("--budgets: give budgets in tokens (e.g. 1000,2000,4000), none of them 0");
+            }
+            app.pipeline(&pipeline)?;
+            let registry = hostpipe_cli::registry()?;
+            let mut pipelines = Vec::with_capacity(budgets.len());
+            for budget in budgets {
+                let mut config = app.config.clone();
+                config.override_runner("preview", &[]);
+                config.override_budget(&pipeline, budget);
+                let mut built = config.build_pipelines(&registry, app.host.clone())?;
+                let p = built
+                    .remove(&pipeline)
+                    .with_context(|| format!("pipeline `{pipeline}` was not built"))?;
+                pipelines.push((budget, p));
+            }
+            let report = hostpipe_cli::eval::run(&pipelines, &questions, jobs).await;
+            if json {
+                outln!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                outln!(
+                    "pipeline `{}`, {} questions",
+                    report.pipeline,
+                    questions.len()
+                );
+                out!("{}", report.table());
+                for b in &report.budgets {
+                    if !b.misses.is_empty() {
+                        outln!("missed at {}: {}", b.budget, b.misses.join(", "));
+                    }
+                    for (id, reply) in &b.ended {
+                        eprintln!("warning: {id} at {}: a stage ended the turn: {}", b.budget, reply.trim());
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Servers { json } => {
             let servers = app.host.servers();

@@ -69,7 +69,7 @@ pub use store::{
 pub use summarize::{SummarizeError, Summarizer};
 pub use tokens::{Encoding, Tokenizer, Truncation};
 pub use tool::{ToolError, ToolExecutor, ToolOrigin, ToolSpec};
-pub use trace::{ReadRecord, ReadSink, Trace, TraceEvent, TraceRecord};
+pub use trace::{PassageRecord, ReadRecord, ReadSink, Trace, TraceEvent, TraceRecord};
 pub use turn::{BoundServer, HistoryMessage, Turn, TurnIds, UserMessage, Variables};
 
 #[doc(hidden)]

@@ -483,6 +483,8 @@ mod tests {
                         error: None,
                         origin: crate::ReadOrigin::Host,
                         consent: None,
+                        passages: Vec::new(),
+                        reason: None,
                     }));
             }
             Ok(StageOutcome::Continue)

@@ -760,6 +760,8 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
             crate::ReadOrigin::Host
         },
         consent: error.map(|_| "denied by rule 1 (uri kb://z)".to_owned()),
+        passages: Vec::new(),
+        reason: None,
     };
     let turn = |id: &str, at_ms: i64, conversation: &str, reads: Vec<ReadRecord>| {
         reads

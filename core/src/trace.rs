@@ -44,6 +44,35 @@ pub struct ReadRecord {
     /// ([`Verdict::how`](crate::Verdict::how)).
     #[serde(default)]
     pub consent: Option<String>,
+    /// The passages kept, when the text was ranked in passages (treatment `chunked`), in
+    /// document order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passages: Vec<PassageRecord>,
+    /// Why the resource was left out, or only partly kept, e.g. `no passage matched the
+    /// message`, `its best passage ranked 14th; the budget ran out at rank 9`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One passage of a resource that went to the model (docs/configuration.md, "How
+/// resources are fitted").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PassageRecord {
+    /// Its place in the turn's ranking of all passages, from 1.
+    pub rank: usize,
+    /// Its relevance score: BM25 over the turn's passages, with the scope and priority
+    /// boost (0 for a passage kept only because its resource is a must).
+    pub score: f64,
+    /// First line (1-based).
+    pub first_line: u32,
+    /// Last line (1-based).
+    pub last_line: u32,
+    /// The headings it sits under, joined by ` > ` (empty when it has none).
+    #[serde(default)]
+    pub heading: String,
+    /// Whether only the sentences around its best match were kept (it did not fit whole).
+    #[serde(default)]
+    pub cut: bool,
 }
 
 /// What happened.

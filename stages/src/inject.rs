@@ -22,7 +22,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use hostpipe_core::{
     ArgumentValue, Attachment, AttachmentTarget, BlockSource, BuildContext, ConfigError,
-    FallbackReason, McpSource, ReadOrigin, ReadRecord, ResourceContents, ResourceRead, Scope,
+    FallbackReason, McpSource, ReadOrigin, ReadRecord, ResourceContents, ResourceRead, Role, Scope,
     SourceError, Stage, StageError, StageOutcome, StagePhase, TemplateRef, Tokenizer, TraceEvent,
     TruncationSide, Turn,
 };
@@ -30,7 +30,8 @@ use serde::Deserialize;
 
 use crate::config::parse_section;
 use crate::convert::{ConvertLimits, Converted, ResourceMeta, convert};
-use crate::fit::{Caches, FitOptions, Item, Strategy, content_hash, fit};
+use crate::fit::{Caches, FitOptions, FitQuery, Item, Strategy, content_hash, fit};
+use crate::lexical::{Analyzer, Language};
 use crate::summarize::ExtractiveSummarizer;
 use crate::uri_template;
 use hostpipe_core::Summarizer;
@@ -52,6 +53,10 @@ pub struct AttachmentConfig {
     /// How to shrink it when it does not fit; default: the section's `strategy`.
     #[serde(default)]
     pub strategy: Option<Strategy>,
+    /// Served before every other attachment, as MCP `annotations.priority` 1.0 is: whole
+    /// if it fits, else its best passages first. Default false.
+    #[serde(default)]
+    pub must: bool,
 }
 
 /// Config section `[pipelines.ID.resource_context_injection]`.
@@ -70,13 +75,24 @@ pub struct InjectConfig {
     pub strategy: Strategy,
     /// Which part a truncation keeps. Default `head`.
     pub truncate: TruncationSide,
-    /// Largest chunk size for `chunk`, in tokens (approximate: sized at 4 characters a
-    /// token; a chunk is at most its text's allowance, and the best chunk is cut to fit
-    /// when the estimate was low). Default 512.
-    pub chunk_tokens: usize,
-    /// Below this many tokens a shrunk text is not worth sending: lower-ranked texts are
-    /// left out instead of cut to scraps. Default 64.
+    /// Largest passage a text is cut into for ranking, in tokens (estimated from bytes,
+    /// see docs/configuration.md, "How resources are fitted"): a section larger than
+    /// this is cut at block, then sentence boundaries. Passages are the same at every
+    /// budget. Default 384. (`chunk_tokens` is accepted as the old name.)
+    #[serde(alias = "chunk_tokens")]
+    pub passage_tokens: usize,
+    /// Below this many tokens a summary or truncation is not worth sending: lower-ranked
+    /// texts are left out instead of cut to scraps. Default 64.
     pub min_block_tokens: usize,
+    /// Language of the lexical ranking's stemmer and stop words (Snowball: `english`,
+    /// `french`, `german`, `spanish`, `russian`, …). CJK text is ranked by character
+    /// bigrams whatever the language. Default `english`.
+    pub language: Language,
+    /// How many recent user messages of the history join the query (for follow-ups
+    /// such as "and its timeout?"). Default 2; 0 ranks by the message alone.
+    pub history_messages: usize,
+    /// Weight of a history term against a message term (1). Default 0.3.
+    pub history_weight: f64,
     /// Summarizer: `extractive` (the default; picks sentences, needs no model), `none`
     /// (`auto` goes from chunk straight to truncate), or the name of a configured one
     /// (e.g. an OpenAI-compatible model).
@@ -92,8 +108,10 @@ pub struct InjectConfig {
     pub mime_deny: Vec<String>,
     /// Largest image decoded, in pixels (width × height). Default 40 000 000.
     pub max_image_pixels: u64,
-    /// Most chunks `chunk` keeps from one resource. Default 32.
-    pub max_chunks_per_resource: usize,
+    /// Most passages kept from one resource. Default 32. (`max_chunks_per_resource` is
+    /// accepted as the old name.)
+    #[serde(alias = "max_chunks_per_resource")]
+    pub max_passages_per_resource: usize,
     /// Pipeline-scope attachments.
     pub attachments: Vec<AttachmentConfig>,
 }
@@ -105,15 +123,18 @@ impl Default for InjectConfig {
             budget_share: None,
             strategy: Strategy::Auto,
             truncate: TruncationSide::Head,
-            chunk_tokens: 512,
+            passage_tokens: 384,
             min_block_tokens: 64,
+            language: Language::English,
+            history_messages: 2,
+            history_weight: 0.3,
             summarizer: "extractive".into(),
             max_resource_bytes: 8 * 1024 * 1024,
             max_turn_bytes: 32 * 1024 * 1024,
             mime_allow: Vec::new(),
             mime_deny: Vec::new(),
             max_image_pixels: ConvertLimits::default().max_image_pixels,
-            max_chunks_per_resource: 32,
+            max_passages_per_resource: 32,
             attachments: Vec::new(),
         }
     }
@@ -141,10 +162,17 @@ impl InjectConfig {
     }
 }
 
+/// What a configured attachment adds to its target.
+#[derive(Debug, Clone, Copy, Default)]
+struct Options {
+    strategy: Option<Strategy>,
+    must: bool,
+}
+
 /// Reads attached resources into [`hostpipe_core::ContextBlock`]s within a token budget.
 pub struct ResourceContextInjection {
     config: InjectConfig,
-    attachments: Vec<(Attachment, Option<Strategy>)>,
+    attachments: Vec<(Attachment, Options)>,
     mcp: Arc<dyn McpSource>,
     fit: FitOptions,
     limits: ConvertLimits,
@@ -181,8 +209,17 @@ impl ResourceContextInjection {
                 ));
             }
         }
-        if config.chunk_tokens == 0 {
-            return Err(ConfigError::new("chunk_tokens", "must be at least 1"));
+        if config.passage_tokens < 16 {
+            return Err(ConfigError::new(
+                "passage_tokens",
+                format!("{} is too small: at least 16", config.passage_tokens),
+            ));
+        }
+        if !(config.history_weight.is_finite() && (0.0..=1.0).contains(&config.history_weight)) {
+            return Err(ConfigError::new(
+                "history_weight",
+                format!("{} is not in [0, 1]", config.history_weight),
+            ));
         }
         let known: Vec<String> = mcp.servers().into_iter().map(|s| s.name).collect();
         let mut attachments = Vec::with_capacity(config.attachments.len());
@@ -242,7 +279,10 @@ impl ResourceContextInjection {
                     target,
                     scope: Scope::Pipeline,
                 },
-                a.strategy,
+                Options {
+                    strategy: a.strategy,
+                    must: a.must,
+                },
             ));
         }
         let summarizer: Option<Arc<dyn Summarizer>> = match config.summarizer.as_str() {
@@ -262,10 +302,13 @@ impl ResourceContextInjection {
         };
         let fit = FitOptions {
             truncate: config.truncate,
-            chunk_tokens: config.chunk_tokens,
+            passage_tokens: config.passage_tokens,
             min_block_tokens: config.min_block_tokens,
-            max_chunks: config.max_chunks_per_resource,
+            max_passages: config.max_passages_per_resource,
+            history_weight: config.history_weight,
             summarizer,
+            analyzer: Arc::new(Analyzer::new(config.language)),
+            retrieval: None,
             caches: Arc::new(Caches::default()),
         };
         let limits = ConvertLimits {
@@ -485,6 +528,8 @@ struct Planned {
     uri: Result<String, Failure>,
     listed: Listed,
     strategy: Strategy,
+    /// Marked `must` in the config (or priority 1.0 in the listing, see [`Planned::must`]).
+    must: bool,
     /// Contents that came with the attachment (nothing to read).
     embedded: Option<ResourceContents>,
     /// The consent decision, when the pipeline has a policy.
@@ -566,6 +611,8 @@ fn record(
         error,
         origin: hostpipe_core::ReadOrigin::Host,
         consent: None,
+        passages: Vec::new(),
+        reason: None,
     }
 }
 
@@ -577,10 +624,13 @@ impl Stage for ResourceContextInjection {
         turn.context_budget = Some(budget);
 
         // Resolve, de-duplicate and look up every attachment.
-        let message_attachments: Vec<(Attachment, Option<Strategy>)> =
-            turn.attachments.iter().map(|a| (a.clone(), None)).collect();
+        let message_attachments: Vec<(Attachment, Options)> = turn
+            .attachments
+            .iter()
+            .map(|a| (a.clone(), Options::default()))
+            .collect();
         let mut planned: Vec<Planned> = Vec::new();
-        let mut all: Vec<&(Attachment, Option<Strategy>)> = self
+        let mut all: Vec<&(Attachment, Options)> = self
             .attachments
             .iter()
             .chain(message_attachments.iter())
@@ -588,13 +638,13 @@ impl Stage for ResourceContextInjection {
         // Narrower scope first, so a resource attached twice keeps its narrowest scope.
         all.sort_by_key(|(a, _)| std::cmp::Reverse(a.scope));
         let mut attached: Vec<(String, String, Scope)> = Vec::new();
-        for (a, strategy) in all {
+        for (a, options) in all {
             let Resolved { source, uri } = resolve(turn, a);
             if let Ok(u) = &uri {
                 attached.push((source.server.clone(), u.clone(), source.scope));
             }
             if let Ok(u) = &uri
-                && let Some(kept) = planned.iter().find(|p| {
+                && let Some(kept) = planned.iter_mut().find(|p| {
                     p.source.server == source.server && p.uri.as_ref().is_ok_and(|o| o == u)
                 })
             {
@@ -621,6 +671,8 @@ impl Stage for ResourceContextInjection {
                         kept.source.scope.as_str()
                     ));
                 }
+                // A `must` at any scope holds for the one read.
+                kept.must |= options.must;
                 continue;
             }
             let embedded = match &a.target {
@@ -635,7 +687,8 @@ impl Stage for ResourceContextInjection {
                 source,
                 uri,
                 listed,
-                strategy: strategy.unwrap_or(self.config.strategy),
+                strategy: options.strategy.unwrap_or(self.config.strategy),
+                must: options.must,
                 embedded,
                 consent: None,
             });
@@ -749,7 +802,8 @@ impl Stage for ResourceContextInjection {
                 result,
                 elapsed_ms,
             } = f;
-            let must = p.listed.priority() >= 1.0;
+            let must = p.must || p.listed.priority() >= 1.0;
+            let priority = p.listed.priority();
             let failure = match (&p.uri, result) {
                 (Err(failure), _) => Err(Failure {
                     trace: failure.trace.clone(),
@@ -784,6 +838,7 @@ impl Stage for ResourceContextInjection {
                             note,
                         },
                         must,
+                        priority,
                         strategy: p.strategy,
                         text_hash: None,
                     });
@@ -837,6 +892,7 @@ impl Stage for ResourceContextInjection {
                             note,
                         },
                         must,
+                        priority,
                         strategy: p.strategy,
                         text_hash: None,
                     });
@@ -911,6 +967,7 @@ impl Stage for ResourceContextInjection {
                     mime_type: mime,
                     converted,
                     must,
+                    priority,
                     strategy: p.strategy,
                     text_hash,
                 });
@@ -918,20 +975,41 @@ impl Stage for ResourceContextInjection {
         }
 
         // Fit.
-        let fitted = fit(items, budget, &turn.message.text, &tk, &self.fit).await;
-        for (f, mut r) in fitted.into_iter().zip(item_records) {
+        // Recent user messages join the query of a follow-up, most recent first.
+        let history: Vec<&str> = turn
+            .history
+            .iter()
+            .rev()
+            .filter(|m| m.role == Role::User)
+            .take(self.config.history_messages)
+            .map(|m| m.text.as_str())
+            .collect();
+        let query = FitQuery {
+            message: &turn.message.text,
+            history: &history,
+        };
+        let outcome = fit(items, budget, query, &tk, &self.fit).await;
+        for (f, mut r) in outcome.fitted.into_iter().zip(item_records) {
             r.tokens_before = f.tokens_before;
             r.tokens_estimated = f.estimated;
             r.tokens_after = f.block.as_ref().map_or(0, |b| b.tokens_after);
             r.treatment = f.treatment;
+            r.passages = f.passages;
+            r.reason = f.reason;
             if let Some(w) = f.warning {
-                if r.error.is_none() && w.contains(" refused: ") {
+                if r.error.is_none() && f.refused {
                     r.error = Some(w.clone());
                 }
                 turn.trace.warn(w);
             }
             records.push(r);
             turn.context.extend(f.block);
+        }
+        for w in outcome.warnings {
+            turn.trace.warn(w);
+        }
+        for n in outcome.notes {
+            turn.trace.note(n);
         }
         for r in records {
             turn.trace.record(TraceEvent::ResourceRead(r));

@@ -18,13 +18,17 @@
 
 mod bind;
 pub mod budget;
-pub mod chunk;
 pub mod config;
 pub mod convert;
+pub mod excerpt;
 pub mod fit;
+pub mod index;
 mod inject;
+pub mod lexical;
 pub mod mentions;
+pub mod passage;
 pub mod prompt;
+pub mod retrieval;
 pub mod summarize;
 mod tools;
 pub mod uri_template;

@@ -324,6 +324,8 @@ impl BoundTools {
             error: None,
             origin: ReadOrigin::Model,
             consent: None,
+            passages: Vec::new(),
+            reason: None,
         };
         if let Some(gate) = &self.consent {
             let request = ConsentRequest {

@@ -44,7 +44,7 @@ use sqlx::{
 };
 
 /// The schema migrations, in order. Never edit one that has shipped: add the next.
-const MIGRATIONS: [(i64, &str, &str); 2] = [
+const MIGRATIONS: [(i64, &str, &str); 3] = [
     (
         1,
         "pins and read history",
@@ -54,6 +54,11 @@ const MIGRATIONS: [(i64, &str, &str); 2] = [
         2,
         "consent grants",
         include_str!("../migrations/0002_consent_grants.sql"),
+    ),
+    (
+        3,
+        "read passages",
+        include_str!("../migrations/0003_read_passages.sql"),
     ),
 ];
 
@@ -297,6 +302,12 @@ impl SqlStore {
                     }
                 },
                 consent: row.try_get("consent").map_err(get)?,
+                passages: match row.try_get::<Option<String>, _>("passages").map_err(get)? {
+                    Some(json) => serde_json::from_str(&json)
+                        .map_err(|e| self.corrupt("record", format!("passages: {e}")))?,
+                    None => Vec::new(),
+                },
+                reason: row.try_get("reason").map_err(get)?,
             },
         })
     }
@@ -376,7 +387,7 @@ fn target_columns(target: &AttachmentTarget) -> Result<(&'static str, &str, Stri
 }
 
 /// Columns of `hostpipe_reads` that [`SqlStore::record`] binds.
-const RECORD_COLUMNS: usize = 20;
+const RECORD_COLUMNS: usize = 22;
 
 /// Rows per INSERT statement.
 const RECORD_BATCH: usize = 500;
@@ -388,7 +399,7 @@ fn insert_records(
     let mut sql = String::from(
         "INSERT INTO hostpipe_reads (turn_id, seq, at_ms, pipeline, conversation, message, \
          server, uri, mime_type, scope, bytes, tokens_before, tokens_estimated, tokens_after, \
-         treatment, duration_ms, cache_hit, error, origin, consent) VALUES ",
+         treatment, duration_ms, cache_hit, error, origin, consent, passages, reason) VALUES ",
     );
     for i in 0..batch.len() {
         sql.push_str(if i > 0 { ", (" } else { "(" });
@@ -424,7 +435,13 @@ fn insert_records(
             .bind(i64::from(r.read.cache_hit))
             .bind(r.read.error.clone())
             .bind(r.read.origin.as_str())
-            .bind(r.read.consent.clone());
+            .bind(r.read.consent.clone())
+            .bind(
+                (!r.read.passages.is_empty())
+                    .then(|| serde_json::to_string(&r.read.passages).ok())
+                    .flatten(),
+            )
+            .bind(r.read.reason.clone());
     }
     q
 }

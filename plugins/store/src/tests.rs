@@ -115,6 +115,8 @@ async fn a_turn_with_more_reads_than_one_statement_takes_is_kept_whole() {
                 error: None,
                 origin: hostpipe_core::ReadOrigin::Host,
                 consent: None,
+                passages: Vec::new(),
+                reason: None,
             },
         })
         .collect();
