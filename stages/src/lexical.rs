@@ -13,8 +13,9 @@
 //!   gives its overlapping character bigrams (Lucene's `CJKBigramFilter` rule, the
 //!   classic baseline for Chinese retrieval; measured against word segmentation in
 //!   `docs/benchmarks.md`), and a lone character gives itself. Documents index every
-//!   bigram; a query first drops the Chinese stop words it contains (什么, 怎么, 的, …),
-//!   so it asks only for the bigrams of its content.
+//!   bigram; a query first drops the Chinese function words it contains
+//!   ([`CHINESE_STOP_WORDS`]: 什么, 怎么, 的, …), so it asks only for the bigrams of its
+//!   content.
 //! - **Markup** is skipped when `markup` is set (prose in markdown): HTML and component
 //!   tags (`<div class="…">`, `<VueSchoolLink …/>`), HTML comments, link targets
 //!   (`](…)`), heading anchors (`{#id}`) and bare URLs. Skipping is for scoring only:
@@ -131,6 +132,33 @@ pub const QUESTION_WORDS: &[&str] = &[
     "instead", "else", "one", "ones", "us",
 ];
 
+/// Chinese function words, dropped from queries: particles, pronouns, interrogatives,
+/// the copula and common auxiliaries, conjunctions, prepositions and degree adverbs
+/// (the closed word classes of Mandarin grammar). NLTK's Chinese list is not used: it
+/// also holds content words of technical text (安全 "security", 数据 "data", 基本
+/// "basic"), which a question about them must be able to match.
+pub const CHINESE_STOP_WORDS: &[&str] = &[
+    // Particles.
+    "的", "地", "得", "了", "着", "过", "吗", "呢", "吧", "啊", "呀", "嘛", "哦", "么", "之",
+    // Pronouns and demonstratives.
+    "我", "你", "您", "他", "她", "它", "我们", "你们", "他们", "她们", "它们", "咱们",
+    "自己", "这", "那", "这个", "那个", "这些", "那些", "这里", "那里", "这样", "那样",
+    "这么", "那么", "此", "其",
+    // Interrogatives.
+    "什么", "怎么", "怎样", "怎么样", "如何", "为什么", "为何", "哪", "哪个", "哪些",
+    "哪里", "哪儿", "多少", "几", "谁", "是否", "是不是", "能不能", "会不会", "有没有",
+    "可不可以", "要不要",
+    // Copula and auxiliaries.
+    "是", "有", "在", "会", "能", "能够", "可以", "可", "要", "想", "应该", "应当", "需要",
+    // Conjunctions and prepositions.
+    "和", "与", "及", "以及", "或", "或者", "还是", "但", "但是", "而", "而且", "并",
+    "并且", "如果", "因为", "所以", "虽然", "对", "对于", "把", "被", "让", "给", "从",
+    "到", "向", "跟", "比", "用", "时", "时候",
+    // Adverbs of degree, scope and negation; numerals as articles.
+    "也", "都", "就", "还", "又", "再", "才", "只", "很", "太", "最", "更", "不", "没",
+    "别", "一", "一个", "一些", "一下",
+];
+
 /// Chinese, Japanese and Korean characters: written without spaces between words.
 pub fn is_cjk(c: char) -> bool {
     matches!(c,
@@ -180,12 +208,7 @@ impl Analyzer {
         if language == Language::English {
             stop.extend(QUESTION_WORDS.iter().copied());
         }
-        let mut cjk_stop: Vec<&'static str> = stop_words::lookup("zh")
-            .unwrap_or_default()
-            .iter()
-            .copied()
-            .filter(|w| w.chars().all(is_cjk))
-            .collect();
+        let mut cjk_stop: Vec<&'static str> = CHINESE_STOP_WORDS.to_vec();
         cjk_stop.sort_by_key(|w| std::cmp::Reverse(w.len()));
         Self {
             language,
