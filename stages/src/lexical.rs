@@ -129,7 +129,8 @@ pub const QUESTION_WORDS: &[&str] = &[
     "wants", "wanted", "need", "needs", "needed", "way", "ways", "also", "ever", "please",
     "tell", "know", "let", "lets", "like", "something", "anything", "thing", "things",
     "happen", "happens", "happened", "exactly", "actually", "really", "still", "simply",
-    "instead", "else", "one", "ones", "us",
+    "instead", "else", "one", "ones", "us", "many", "much", "every", "either", "neither",
+    "whether", "though", "although", "yet", "upon", "onto", "cannot",
 ];
 
 /// Chinese function words, dropped from queries: particles, pronouns, interrogatives,
