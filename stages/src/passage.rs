@@ -322,14 +322,21 @@ impl<'a> Builder<'a> {
                 .as_ref()
                 .is_some_and(|o| o.content_tokens < self.target / 8 && o.tokens < self.target);
             let deeper = self.stack.last().is_some_and(|&(l, _)| level > l);
-            if !(small && deeper) {
+            let merge = small && deeper;
+            if !merge {
                 self.flush();
             }
             while self.stack.last().is_some_and(|&(l, _)| l >= level) {
                 self.stack.pop();
             }
             self.stack.push((level, h));
+            // A passage that took in a subsection is mostly that subsection: it sits
+            // under the deepest heading.
+            let path = self.path();
             self.push_block(b.range, b.kind, tokens, true);
+            if merge && let Some(o) = &mut self.open {
+                o.path = path;
+            }
             return;
         }
         let open_tokens = self.open.as_ref().map_or(0, |o| o.tokens);
@@ -392,14 +399,19 @@ fn cut_block(
             .collect()
     };
     let mut out: Vec<Range<usize>> = Vec::new();
-    let mut cur: Option<(Range<usize>, usize)> = None;
-    let mut limit = if first_room >= target / 4 {
+    // Estimates are summed unrounded, so that a piece's estimate as a whole is never
+    // over its limit.
+    let mut cur: Option<(Range<usize>, f64)> = None;
+    let (target, first_room) = (target as f64, first_room as f64);
+    let mut limit = if first_room >= target / 4.0 {
         first_room
     } else {
         target
     };
     for u in units {
-        let t = estimate_tokens(&text[u.clone()]);
+        let piece = &text[u.clone()];
+        let ascii = piece.bytes().filter(u8::is_ascii).count();
+        let t = ascii as f64 / 4.0 + (piece.len() - ascii) as f64 / 3.0;
         match &mut cur {
             Some((r, n)) if *n + t <= limit => {
                 r.end = u.end;
@@ -637,13 +649,13 @@ mod tests {
                     ## [build]\n\n```toml\n# not a heading\njobs = 4\n```\n\n\
                     ### jobs\n\nSets the number of parallel jobs.\n\n\
                     Setext title\n------------\n\nBody.\n";
-        let p = split(text, SplitKind::Markdown, 64);
+        let p = split(text, SplitKind::Markdown, 128);
         let t = texts(text, &p);
         assert_eq!(t.len(), 3, "{t:#?}");
         assert!(t[0].starts_with("# Config"));
         // `## [build]` holds only code too small to stand alone: it stays with `### jobs`.
         assert!(t[1].starts_with("## [build]") && t[1].contains("parallel jobs"), "{t:#?}");
-        assert_eq!(p.path_text(text, 1), "Config > [build]");
+        assert_eq!(p.path_text(text, 1), "Config > [build] > jobs");
         assert!(t[2].starts_with("Setext title"));
         assert_eq!(p.path_text(text, 2), "Config > Setext title");
         let titles: Vec<&str> = p.headings.iter().map(|h| &text[h.title.clone()]).collect();

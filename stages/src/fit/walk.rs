@@ -68,7 +68,14 @@ fn cost_with(
     opts: &FitOptions,
 ) -> usize {
     st.kept.push(kept.clone());
-    let cost = count_cached(&render(text, index, &st.kept), tk, &opts.caches);
+    // Every passage whole: the text goes in whole, without locators.
+    let whole = st.kept.len() == index.passages.passages.len()
+        && st.kept.iter().all(|k| k.cut.is_none());
+    let cost = if whole {
+        count_cached(text, tk, &opts.caches)
+    } else {
+        count_cached(&render(text, index, &st.kept), tk, &opts.caches)
+    };
     st.kept.pop();
     cost
 }
@@ -160,7 +167,16 @@ pub(super) async fn select(
     let mut used = 0usize;
     let mut stopped_at: Option<usize> = None;
     let mut offset = 0usize;
-    for (phase, cap) in [(&musts, must_cap.min(total_cap)), (&rest, total_cap)] {
+    let must_cap = must_cap.min(total_cap);
+    for (n, phase) in [&musts, &rest].into_iter().enumerate() {
+        // The musts take at most their allowance. When they stop short of it (the first
+        // must passage that did not fit was cut at a sentence), the rest do not get the
+        // difference: what the rest get must not shrink as the budget grows.
+        let cap = match n {
+            0 => must_cap,
+            _ if stopped_at.is_some() => total_cap - (must_cap - used.min(must_cap)),
+            _ => total_cap,
+        };
         stopped_at = None;
         for (k, u) in phase.iter().enumerate() {
             let rank_no = offset + k + 1;
@@ -171,15 +187,23 @@ pub(super) async fn select(
             let text = text_of(u.member);
             let index = &indexes[u.member].1;
             let others = used - st.tokens;
-            let record = |cut: bool| {
+            let record = |kept: &Kept| {
                 let pa = &index.passages.passages[u.passage];
+                let (first_line, last_line) = match &kept.cut {
+                    None => (pa.first_line, pa.last_line),
+                    Some(span) => {
+                        let lines = |s: &str| u32::try_from(s.matches('\n').count()).unwrap_or(0);
+                        let first = pa.first_line + lines(&text[pa.range.start..span.start]);
+                        (first, first + lines(text[span.clone()].trim_end()))
+                    }
+                };
                 PassageRecord {
                     rank: rank_no,
                     score: (u.score * 1000.0).round() / 1000.0,
-                    first_line: pa.first_line,
-                    last_line: pa.last_line,
+                    first_line,
+                    last_line,
                     heading: index.passages.path_text(text, u.passage),
-                    cut,
+                    cut: kept.cut.is_some(),
                 }
             };
             let whole = Kept {
@@ -188,8 +212,8 @@ pub(super) async fn select(
             };
             let cost = cost_with(st, &whole, text, index, tk, opts);
             if others + cost <= cap {
+                st.records.push(record(&whole));
                 st.kept.push(whole);
-                st.records.push(record(false));
                 used = others + cost;
                 st.tokens = cost;
                 continue;
@@ -211,8 +235,8 @@ pub(super) async fn select(
                 best = Some((cut, cost));
             }
             if let Some((cut, cost)) = best {
+                st.records.push(record(&cut));
                 st.kept.push(cut);
-                st.records.push(record(true));
                 used = others + cost;
                 st.tokens = cost;
             }
@@ -259,17 +283,17 @@ pub(super) async fn select(
         kept_passages += st.kept.len();
         let text = text_of(m);
         let all_whole = st.kept.len() == total && st.kept.iter().all(|k| k.cut.is_none());
-        let whole_tokens = all_whole.then(|| count_cached(text, tk, &opts.caches));
         let mut records = st.records;
         records.sort_by_key(|r| (r.first_line, r.last_line));
-        match whole_tokens {
-            Some(n) if n <= st.tokens => {
+        match all_whole {
+            true => {
+                let n = st.tokens;
                 f.tokens_before = n;
                 f.estimated = false;
                 f.treatment = Treatment::Whole;
                 f.block = Some(text_block(item, text.to_owned(), Treatment::Whole, n, n));
             }
-            _ => {
+            false => {
                 let treatment = Treatment::Chunked {
                     kept: st.kept.len(),
                     total,
