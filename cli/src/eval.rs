@@ -94,7 +94,10 @@ pub fn read_questions(path: &Path) -> anyhow::Result<Vec<Question>> {
         }
         for (i, a) in q.attach.iter().enumerate() {
             if a.uri.is_some() == a.template.is_some() {
-                bail!("{}: attach[{i}]: give exactly one of `uri` and `template`", at());
+                bail!(
+                    "{}: attach[{i}]: give exactly one of `uri` and `template`",
+                    at()
+                );
             }
         }
         q.id.get_or_insert_with(|| format!("line {}", n + 1));
@@ -115,7 +118,10 @@ pub fn normalize(s: &str) -> String {
         let line = line.trim_start_matches([' ', '\t']);
         let mut line = line;
         while let Some(rest) = line.strip_prefix('>') {
-            line = rest.strip_prefix(' ').unwrap_or(rest).trim_start_matches([' ', '\t']);
+            line = rest
+                .strip_prefix(' ')
+                .unwrap_or(rest)
+                .trim_start_matches([' ', '\t']);
         }
         out.push_str(line);
         out.push('\n');
@@ -284,7 +290,10 @@ pub async fn run(
             ended: questions
                 .iter()
                 .zip(&results)
-                .filter_map(|(q, r)| r.2.clone().map(|reply| (q.id.clone().unwrap_or_default(), reply)))
+                .filter_map(|(q, r)| {
+                    r.2.clone()
+                        .map(|reply| (q.id.clone().unwrap_or_default(), reply))
+                })
                 .collect(),
         });
     }
@@ -307,7 +316,10 @@ mod tests {
             normalize("> **Arrays** will be\n> joined  `together`"),
             "arrays will be joined together"
         );
-        assert_eq!(normalize("Cargo’s _cache_ in CARGO_HOME"), "cargo's cache in cargo_home");
+        assert_eq!(
+            normalize("Cargo’s _cache_ in CARGO_HOME"),
+            "cargo's cache in cargo_home"
+        );
         assert_eq!(normalize("计算属性\u{3000}会缓存"), "计算属性 会缓存");
     }
 
@@ -320,14 +332,24 @@ mod tests {
             "{\"question\": \"a?\", \"answers\": [\"b\"]}\n\n{\"question\": \"c?\"}\n",
         )
         .unwrap_or_else(|e| unreachable!("{e}"));
-        let e = read_questions(&path).map(|_| ()).unwrap_err();
-        assert!(format!("{e:#}").contains("q.jsonl:3: missing field `answers`"), "{e:#}");
+        let Err(e) = read_questions(&path) else {
+            unreachable!("accepted")
+        };
+        assert!(
+            format!("{e:#}").contains("q.jsonl:3: missing field `answers`"),
+            "{e:#}"
+        );
         std::fs::write(
             &path,
             "{\"question\": \"a?\", \"answers\": [\"b\"], \"attach\": [{\"server\": \"s\"}]}\n",
         )
         .unwrap_or_else(|e| unreachable!("{e}"));
-        let e = read_questions(&path).map(|_| ()).unwrap_err();
-        assert!(format!("{e:#}").contains("q.jsonl:1: attach[0]: give exactly one"), "{e:#}");
+        let Err(e) = read_questions(&path) else {
+            unreachable!("accepted")
+        };
+        assert!(
+            format!("{e:#}").contains("q.jsonl:1: attach[0]: give exactly one"),
+            "{e:#}"
+        );
     }
 }

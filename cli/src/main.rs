@@ -755,7 +755,11 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                         outln!("missed at {}: {}", b.budget, b.misses.join(", "));
                     }
                     for (id, reply) in &b.ended {
-                        eprintln!("warning: {id} at {}: a stage ended the turn: {}", b.budget, reply.trim());
+                        eprintln!(
+                            "warning: {id} at {}: a stage ended the turn: {}",
+                            b.budget,
+                            reply.trim()
+                        );
                     }
                 }
             }

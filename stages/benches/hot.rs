@@ -1,5 +1,6 @@
-//! Criterion benchmarks of the injection hot path: token counting, chunk selection,
-//! truncation and image downscaling. Run with `cargo bench -p hostpipe-stages`.
+//! Criterion benchmarks of the injection hot path: token counting, passage splitting and
+//! indexing, the turn-wide ranking, a whole fit (cold and warm), truncation and image
+//! downscaling. Run with `cargo bench -p hostpipe-stages`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
@@ -7,8 +8,14 @@ use std::io::Cursor;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use hostpipe_core::{Encoding, ModelProfile, ResourceContents, Tokenizer, TruncationSide};
-use hostpipe_stages::chunk;
-use hostpipe_stages::convert::{ConvertLimits, ResourceMeta, convert};
+use std::sync::Arc;
+
+use hostpipe_core::{BlockSource, Scope};
+use hostpipe_stages::convert::{ConvertLimits, Converted, ResourceMeta, convert};
+use hostpipe_stages::fit::{Caches, FitOptions, FitQuery, Item, Strategy, fit};
+use hostpipe_stages::index::{DocIndex, Query, RankInput, rank};
+use hostpipe_stages::lexical::{Analyzer, Language};
+use hostpipe_stages::passage::{SplitKind, split};
 
 const WORDS: &[&str] = &[
     "pipeline",
@@ -45,9 +52,9 @@ const WORDS: &[&str] = &[
 
 /// A deterministic markdown document of about `bytes` bytes, shaped like the
 /// side-by-side benchmark's documents (sections of 40–120 words, code every fifth).
-fn doc(bytes: usize) -> String {
+fn doc(bytes: usize, seed: u64) -> String {
     let mut s = String::from("# Document\n");
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
     let mut next = |n: usize| {
         x ^= x << 13;
         x ^= x >> 7;
@@ -77,10 +84,46 @@ fn doc(bytes: usize) -> String {
     s
 }
 
+fn options(caches: Arc<Caches>) -> FitOptions {
+    FitOptions {
+        truncate: TruncationSide::Head,
+        passage_tokens: 384,
+        min_block_tokens: 64,
+        max_passages: 32,
+        history_weight: 0.3,
+        summarizer: None,
+        analyzer: Arc::new(Analyzer::new(Language::English)),
+        retrieval: None,
+        caches,
+    }
+}
+
+fn items(docs: &[String]) -> Vec<Item> {
+    docs.iter()
+        .enumerate()
+        .map(|(i, d)| Item {
+            source: BlockSource {
+                server: "bench".into(),
+                uri: format!("bench://doc/{i}"),
+                template: None,
+                scope: Scope::Pipeline,
+                name: None,
+            },
+            mime_type: Some("text/markdown".into()),
+            converted: Converted::Text(d.clone()),
+            must: false,
+            priority: 0.5,
+            strategy: Strategy::Auto,
+            text_hash: None,
+        })
+        .collect()
+}
+
 fn benches(c: &mut Criterion) {
     let tk = Tokenizer::new(Encoding::O200kBase).unwrap();
-    let text = doc(256 * 1024);
-    let query = chunk::query_terms("how does the cache handle subscription timeout");
+    let text = doc(256 * 1024, 0);
+    let analyzer = Analyzer::new(Language::English);
+    let message = "how does the cache handle subscription timeout";
 
     c.bench_function("count_tokens_256k", |b| {
         b.iter(|| tk.count(black_box(&text)))
@@ -91,32 +134,49 @@ fn benches(c: &mut Criterion) {
                 .unwrap()
         })
     });
-    c.bench_function("chunk_split_256k", |b| {
-        b.iter(|| chunk::split(black_box(&text), chunk::SplitKind::Markdown, 512))
+    c.bench_function("passage_split_256k", |b| {
+        b.iter(|| split(black_box(&text), SplitKind::Markdown, 384))
     });
-    let chunked = chunk::split(&text, chunk::SplitKind::Markdown, 512);
-    c.bench_function("bm25_256k", |b| {
-        b.iter(|| chunk::bm25(black_box(&text), &chunked, &query))
+    c.bench_function("passage_index_256k", |b| {
+        b.iter(|| DocIndex::build(black_box(&text), SplitKind::Markdown, 384, &analyzer))
     });
-    c.bench_function("word_index_256k", |b| {
+    let docs: Vec<String> = (0..16).map(|i| doc(256 * 1024, i)).collect();
+    let indexes: Vec<DocIndex> = docs
+        .iter()
+        .map(|d| DocIndex::build(d, SplitKind::Markdown, 384, &analyzer))
+        .collect();
+    let fields: Vec<String> = Vec::new();
+    let inputs: Vec<RankInput<'_>> = indexes
+        .iter()
+        .map(|index| RankInput {
+            index,
+            field_terms: &fields,
+        })
+        .collect();
+    let query = Query::new(&analyzer, message, &[], 0.3);
+    c.bench_function("rank_16x256k", |b| {
+        b.iter(|| rank(black_box(&inputs), &query))
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let q = FitQuery {
+        message,
+        history: &[],
+    };
+    let mut group = c.benchmark_group("fit");
+    group.sample_size(10);
+    group.bench_function("fit_16x256k_8000_cold", |b| {
         b.iter(|| {
-            let fresh = chunk::split(&text, chunk::SplitKind::Markdown, 512);
-            black_box(fresh.term_index(&text));
+            let opts = options(Arc::new(Caches::default()));
+            rt.block_on(fit(items(&docs), 8000, q, &tk, &opts))
         })
     });
-    let indexed = chunk::split(&text, chunk::SplitKind::Markdown, 512);
-    indexed.term_index(&text);
-    c.bench_function("bm25_256k_indexed", |b| {
-        b.iter(|| chunk::bm25(black_box(&text), &indexed, &query))
+    let warm = options(Arc::new(Caches::default()));
+    group.bench_function("fit_16x256k_8000_warm", |b| {
+        b.iter(|| rt.block_on(fit(items(&docs), 8000, q, &tk, &warm)))
     });
-    let scores = chunk::bm25(&text, &chunked, &query);
-    c.bench_function("select_500_of_256k", |b| {
-        b.iter(|| {
-            chunk::select(black_box(&text), &chunked, &scores, 500, &tk, &|s| {
-                tk.count(s)
-            })
-        })
-    });
+    group.finish();
 
     let mut png = Vec::new();
     image::RgbImage::from_fn(4000, 3000, |x, y| {

@@ -171,6 +171,9 @@ pub fn render(text: &str, index: &DocIndex, kept: &[Kept]) -> String {
     let p = &index.passages;
     let mut out = String::new();
     let mut i = 0;
+    // Where the previous excerpt ended: passages may overlap by a few lines, which are
+    // shown once.
+    let mut shown_to = 0;
     while i < sorted.len() {
         let first = sorted[i];
         let (range, excerpt, last_passage) = match &first.cut {
@@ -192,18 +195,18 @@ pub fn render(text: &str, index: &DocIndex, kept: &[Kept]) -> String {
                 )
             }
         };
+        let range = range.start.max(shown_to).min(range.end)..range.end;
+        if range.is_empty() {
+            i += 1;
+            continue;
+        }
+        shown_to = range.end;
         let pa = &p.passages[first.passage];
-        let (first_line, last_line) = if excerpt {
-            let before = text[pa.range.start..range.start].matches('\n').count();
-            let inside = text[range.clone()].trim_end().matches('\n').count();
-            let a = pa.first_line as usize + before;
-            (a, a + inside)
-        } else {
-            (
-                pa.first_line as usize,
-                p.passages[last_passage].last_line as usize,
-            )
-        };
+        let before = text[pa.range.start..range.start].matches('\n').count();
+        let inside = text[range.clone()].trim_end().matches('\n').count();
+        let first_line = pa.first_line as usize + before;
+        let last_line = first_line + inside;
+        let _ = last_passage;
         let _ = write!(out, "[lines {first_line}-{last_line} of {}", p.lines);
         if excerpt {
             out.push_str(", excerpt");
@@ -250,7 +253,12 @@ mod tests {
                     The zebra gate code is 4417 and visitors park in lot Q7 behind the barn. \
                     Delta four closes the paragraph with a few more words of no interest. \
                     Epsilon five is the last sentence of this long paragraph in the test.";
-        let s = Spans::new(text, 0..text.len(), &a, &q(&[("zebra", 2.0), ("park", 1.0)]));
+        let s = Spans::new(
+            text,
+            0..text.len(),
+            &a,
+            &q(&[("zebra", 2.0), ("park", 1.0)]),
+        );
         assert_eq!(s.steps(), 5);
         assert!(text[s.span(0)].starts_with("The zebra gate"));
         assert!(text[s.span(1)].starts_with("The zebra") && text[s.span(1)].contains("Delta"));
@@ -271,9 +279,18 @@ mod tests {
             text,
             &index,
             &[
-                Kept { passage: 1, cut: None },
-                Kept { passage: 0, cut: None },
-                Kept { passage: 2, cut: Some(cut_start..b.range.end) },
+                Kept {
+                    passage: 1,
+                    cut: None,
+                },
+                Kept {
+                    passage: 0,
+                    cut: None,
+                },
+                Kept {
+                    passage: 2,
+                    cut: Some(cut_start..b.range.end),
+                },
             ],
         );
         assert_eq!(

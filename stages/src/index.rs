@@ -57,15 +57,33 @@ impl DocIndex {
         let mut heading_terms: Vec<Vec<u32>> = Vec::with_capacity(passages.headings.len());
         for h in &passages.headings {
             let mut t = Vec::new();
-            index.terms_of(&text[h.title.clone()], true, analyzer, &mut memo, &mut memo_parts, &mut t);
+            index.terms_of(
+                &text[h.title.clone()],
+                true,
+                analyzer,
+                &mut memo,
+                &mut memo_parts,
+                &mut t,
+            );
             heading_terms.push(t);
         }
         for (pi, p) in passages.passages.iter().enumerate() {
             ids.clear();
-            for (range, kind) in &passages.blocks[p.blocks.start as usize..p.blocks.end as usize]
-            {
+            for (range, kind) in &passages.blocks[p.blocks.start as usize..p.blocks.end as usize] {
+                // A passage may reach into the next one's first block by a few lines.
+                let range = range.start.max(p.range.start)..range.end.min(p.range.end);
+                if range.is_empty() {
+                    continue;
+                }
                 let markup = markdown && *kind == BlockKind::Prose;
-                index.terms_of(&text[range.clone()], markup, analyzer, &mut memo, &mut memo_parts, &mut ids);
+                index.terms_of(
+                    &text[range],
+                    markup,
+                    analyzer,
+                    &mut memo,
+                    &mut memo_parts,
+                    &mut ids,
+                );
             }
             let body = ids.len();
             let mut heads: Vec<u32> = p
@@ -370,12 +388,23 @@ mod tests {
         let i1 = DocIndex::build(d1, SplitKind::Markdown, 16, &a);
         let i2 = DocIndex::build(d2, SplitKind::Markdown, 16, &a);
         assert_eq!(i1.passages.passages.len(), 2);
-        let q = Query::new(&a, "How long does the cache request wait before a timeout?", &[], 0.3);
+        let q = Query::new(
+            &a,
+            "How long does the cache request wait before a timeout?",
+            &[],
+            0.3,
+        );
         let f: Vec<String> = Vec::new();
         let (scores, _) = rank(
             &[
-                RankInput { index: &i1, field_terms: &f },
-                RankInput { index: &i2, field_terms: &f },
+                RankInput {
+                    index: &i1,
+                    field_terms: &f,
+                },
+                RankInput {
+                    index: &i2,
+                    field_terms: &f,
+                },
             ],
             &q,
         );
@@ -387,10 +416,19 @@ mod tests {
     #[test]
     fn history_terms_weigh_less_than_the_message() {
         let a = Analyzer::new(Language::English);
-        let q = Query::new(&a, "and its timeout?", &["How is the cache configured?"], 0.3);
+        let q = Query::new(
+            &a,
+            "and its timeout?",
+            &["How is the cache configured?"],
+            0.3,
+        );
         assert_eq!(
             q.terms,
-            [("timeout".to_owned(), 1.0), ("cach".to_owned(), 0.3), ("configur".to_owned(), 0.3)]
+            [
+                ("timeout".to_owned(), 1.0),
+                ("cach".to_owned(), 0.3),
+                ("configur".to_owned(), 0.3)
+            ]
         );
     }
 
@@ -405,11 +443,20 @@ mod tests {
         let none: Vec<String> = Vec::new();
         let (scores, _) = rank(
             &[
-                RankInput { index: &i, field_terms: &fields },
-                RankInput { index: &other, field_terms: &none },
+                RankInput {
+                    index: &i,
+                    field_terms: &fields,
+                },
+                RankInput {
+                    index: &other,
+                    field_terms: &none,
+                },
             ],
             &Query::new(&a, "workspaces", &[], 0.0),
         );
-        assert!(scores[0].iter().all(|s| *s > 0.0) && scores[1][0] == 0.0, "{scores:?}");
+        assert!(
+            scores[0].iter().all(|s| *s > 0.0) && scores[1][0] == 0.0,
+            "{scores:?}"
+        );
     }
 }

@@ -125,12 +125,61 @@ impl Language {
 /// match almost every passage of a technical document, so counting them only adds
 /// noise to the ranking.
 pub const QUESTION_WORDS: &[&str] = &[
-    "may", "might", "must", "shall", "could", "would", "can", "get", "gets", "got", "want",
-    "wants", "wanted", "need", "needs", "needed", "way", "ways", "also", "ever", "please",
-    "tell", "know", "let", "lets", "like", "something", "anything", "thing", "things",
-    "happen", "happens", "happened", "exactly", "actually", "really", "still", "simply",
-    "instead", "else", "one", "ones", "us", "many", "much", "every", "either", "neither",
-    "whether", "though", "although", "yet", "upon", "onto", "cannot",
+    "may",
+    "might",
+    "must",
+    "shall",
+    "could",
+    "would",
+    "can",
+    "get",
+    "gets",
+    "got",
+    "want",
+    "wants",
+    "wanted",
+    "need",
+    "needs",
+    "needed",
+    "way",
+    "ways",
+    "also",
+    "ever",
+    "please",
+    "tell",
+    "know",
+    "let",
+    "lets",
+    "like",
+    "something",
+    "anything",
+    "thing",
+    "things",
+    "happen",
+    "happens",
+    "happened",
+    "exactly",
+    "actually",
+    "really",
+    "still",
+    "simply",
+    "instead",
+    "else",
+    "one",
+    "ones",
+    "us",
+    "many",
+    "much",
+    "every",
+    "either",
+    "neither",
+    "whether",
+    "though",
+    "although",
+    "yet",
+    "upon",
+    "onto",
+    "cannot",
 ];
 
 /// Chinese function words, dropped from queries: particles, pronouns, interrogatives,
@@ -140,24 +189,138 @@ pub const QUESTION_WORDS: &[&str] = &[
 /// "basic"), which a question about them must be able to match.
 pub const CHINESE_STOP_WORDS: &[&str] = &[
     // Particles.
-    "的", "地", "得", "了", "着", "过", "吗", "呢", "吧", "啊", "呀", "嘛", "哦", "么", "之",
+    "的",
+    "地",
+    "得",
+    "了",
+    "着",
+    "过",
+    "吗",
+    "呢",
+    "吧",
+    "啊",
+    "呀",
+    "嘛",
+    "哦",
+    "么",
+    "之",
     // Pronouns and demonstratives.
-    "我", "你", "您", "他", "她", "它", "我们", "你们", "他们", "她们", "它们", "咱们",
-    "自己", "这", "那", "这个", "那个", "这些", "那些", "这里", "那里", "这样", "那样",
-    "这么", "那么", "此", "其",
+    "我",
+    "你",
+    "您",
+    "他",
+    "她",
+    "它",
+    "我们",
+    "你们",
+    "他们",
+    "她们",
+    "它们",
+    "咱们",
+    "自己",
+    "这",
+    "那",
+    "这个",
+    "那个",
+    "这些",
+    "那些",
+    "这里",
+    "那里",
+    "这样",
+    "那样",
+    "这么",
+    "那么",
+    "此",
+    "其",
     // Interrogatives.
-    "什么", "怎么", "怎样", "怎么样", "如何", "为什么", "为何", "哪", "哪个", "哪些",
-    "哪里", "哪儿", "多少", "几", "谁", "是否", "是不是", "能不能", "会不会", "有没有",
-    "可不可以", "要不要",
+    "什么",
+    "怎么",
+    "怎样",
+    "怎么样",
+    "如何",
+    "为什么",
+    "为何",
+    "哪",
+    "哪个",
+    "哪些",
+    "哪里",
+    "哪儿",
+    "多少",
+    "几",
+    "谁",
+    "是否",
+    "是不是",
+    "能不能",
+    "会不会",
+    "有没有",
+    "可不可以",
+    "要不要",
     // Copula and auxiliaries.
-    "是", "有", "在", "会", "能", "能够", "可以", "可", "要", "想", "应该", "应当", "需要",
+    "是",
+    "有",
+    "在",
+    "会",
+    "能",
+    "能够",
+    "可以",
+    "可",
+    "要",
+    "想",
+    "应该",
+    "应当",
+    "需要",
     // Conjunctions and prepositions.
-    "和", "与", "及", "以及", "或", "或者", "还是", "但", "但是", "而", "而且", "并",
-    "并且", "如果", "因为", "所以", "虽然", "对", "对于", "把", "被", "让", "给", "从",
-    "到", "向", "跟", "比", "用", "时", "时候",
+    "和",
+    "与",
+    "及",
+    "以及",
+    "或",
+    "或者",
+    "还是",
+    "但",
+    "但是",
+    "而",
+    "而且",
+    "并",
+    "并且",
+    "如果",
+    "因为",
+    "所以",
+    "虽然",
+    "对",
+    "对于",
+    "把",
+    "被",
+    "让",
+    "给",
+    "从",
+    "到",
+    "向",
+    "跟",
+    "比",
+    "用",
+    "时",
+    "时候",
     // Adverbs of degree, scope and negation; numerals as articles.
-    "也", "都", "就", "还", "又", "再", "才", "只", "很", "太", "最", "更", "不", "没",
-    "别", "一", "一个", "一些", "一下",
+    "也",
+    "都",
+    "就",
+    "还",
+    "又",
+    "再",
+    "才",
+    "只",
+    "很",
+    "太",
+    "最",
+    "更",
+    "不",
+    "没",
+    "别",
+    "一",
+    "一个",
+    "一些",
+    "一下",
 ];
 
 /// Chinese, Japanese and Korean characters: written without spaces between words.
@@ -346,11 +509,12 @@ pub fn scan<'t>(text: &'t str, markup: bool, visit: &mut dyn FnMut(Token<'t>, us
         if c.is_ascii_alphanumeric() {
             let start = i;
             // A bare URL: `scheme://…` up to the next space.
-            if markup && (c == b'h' || c == b'f') {
-                if let Some(end) = url_end(b, i) {
-                    i = end;
-                    continue;
-                }
+            if markup
+                && (c == b'h' || c == b'f')
+                && let Some(end) = url_end(b, i)
+            {
+                i = end;
+                continue;
             }
             while i < n && b[i].is_ascii_alphanumeric() {
                 i += 1;
@@ -366,11 +530,9 @@ pub fn scan<'t>(text: &'t str, markup: bool, visit: &mut dyn FnMut(Token<'t>, us
             continue;
         }
         if c < 0x80 {
-            if markup {
-                if let Some(end) = markup_end(b, i) {
-                    i = end;
-                    continue;
-                }
+            if markup && let Some(end) = markup_end(b, i) {
+                i = end;
+                continue;
             }
             i += 1;
             continue;
@@ -495,7 +657,10 @@ Visit https://crates.io/crates/serde now."#;
 
     #[test]
     fn a_lone_angle_bracket_is_text() {
-        assert_eq!(tokens("if a < b then 3 > 2", true), ["if", "a", "b", "then", "3", "2"]);
+        assert_eq!(
+            tokens("if a < b then 3 > 2", true),
+            ["if", "a", "b", "then", "3", "2"]
+        );
     }
 
     #[test]

@@ -156,7 +156,7 @@ async fn chunk_selection_finds_the_answer_in_the_middle_of_2_mb() {
     assert!(kept >= 1 && total > 500, "{kept} of {total}");
     let text = b.text().unwrap();
     assert!(text.contains("gate code 4417"), "{text}");
-    assert!(text.starts_with("[chunk "), "locators: {text}");
+    assert!(text.starts_with("[lines "), "locators: {text}");
     assert!(b.tokens_after <= 1500);
     let read = trace.reads().next().unwrap();
     assert!(read.bytes > 2_000_000 && read.tokens_estimated);
@@ -248,7 +248,7 @@ attachments = [{{ server = "demo", uri = "demo://docs/handbook.md" }}]
             "budget {budget}: {text}"
         );
         // No chunk is a bare heading.
-        for part in text.split("[chunk ").skip(1) {
+        for part in text.split("[lines ").skip(1) {
             let body: Vec<&str> = part
                 .lines()
                 .skip(1)

@@ -25,8 +25,8 @@ pub(crate) use walk::Unit;
 use std::sync::Arc;
 
 use hostpipe_core::{
-    BlockBody, BlockSource, ContextBlock, PassageRecord, Scope, Summarizer, Tokenizer,
-    Treatment, TruncationSide,
+    BlockBody, BlockSource, ContextBlock, PassageRecord, Scope, Summarizer, Tokenizer, Treatment,
+    TruncationSide,
 };
 use rayon::prelude::*;
 use serde::Deserialize;
@@ -106,9 +106,7 @@ impl Default for Caches {
         Self {
             indexes: moka::sync::Cache::builder()
                 .max_capacity(256 * 1024 * 1024)
-                .weigher(|_, v: &Arc<DocIndex>| {
-                    u32::try_from(v.heap_bytes()).unwrap_or(u32::MAX)
-                })
+                .weigher(|_, v: &Arc<DocIndex>| u32::try_from(v.heap_bytes()).unwrap_or(u32::MAX))
                 .build(),
             summaries: moka::sync::Cache::builder()
                 .max_capacity(16 * 1024 * 1024)
@@ -130,7 +128,12 @@ impl Caches {
         };
         let key = (hash, kind, opts.passage_tokens, opts.analyzer.language());
         self.indexes.get_with(key, || {
-            Arc::new(DocIndex::build(text, kind, opts.passage_tokens, &opts.analyzer))
+            Arc::new(DocIndex::build(
+                text,
+                kind,
+                opts.passage_tokens,
+                &opts.analyzer,
+            ))
         })
     }
 }
@@ -334,7 +337,16 @@ pub async fn fit(
     for (i, item) in items.iter().enumerate() {
         let Some(n) = need_of[i] else { continue };
         let (cost, estimated) = costs[i];
-        let f = shrink::fit_one(item, cost, estimated, allowances[n], query.message, tk, opts).await;
+        let f = shrink::fit_one(
+            item,
+            cost,
+            estimated,
+            allowances[n],
+            query.message,
+            tk,
+            opts,
+        )
+        .await;
         used += f.block.as_ref().map_or(0, |b| b.tokens_after);
         fitted[i] = Some(f);
     }
@@ -394,7 +406,13 @@ pub fn boost(scope: Scope, priority: f32) -> f64 {
 }
 
 /// The text of a whole block.
-fn text_block(item: &Item, text: String, treatment: Treatment, cost: usize, after: usize) -> ContextBlock {
+fn text_block(
+    item: &Item,
+    text: String,
+    treatment: Treatment,
+    cost: usize,
+    after: usize,
+) -> ContextBlock {
     ContextBlock {
         source: item.source.clone(),
         mime_type: item.mime_type.clone(),

@@ -54,7 +54,13 @@ fn refusal(item: &Item, error: &str) -> String {
     )
 }
 
-fn block(item: &Item, body: BlockBody, treatment: Treatment, before: usize, after: usize) -> ContextBlock {
+fn block(
+    item: &Item,
+    body: BlockBody,
+    treatment: Treatment,
+    before: usize,
+    after: usize,
+) -> ContextBlock {
     ContextBlock {
         source: item.source.clone(),
         mime_type: item.mime_type.clone(),

@@ -56,7 +56,13 @@ fn run(items: Vec<Item>, budget: usize, message: &str, history: &[&str]) -> FitO
         .build()
         .unwrap_or_else(|e| unreachable!("{e}"));
     let tk = tk();
-    rt.block_on(fit(items, budget, FitQuery { message, history }, &tk, &opts()))
+    rt.block_on(fit(
+        items,
+        budget,
+        FitQuery { message, history },
+        &tk,
+        &opts(),
+    ))
 }
 
 fn context(outcome: &FitOutcome) -> String {
@@ -110,8 +116,22 @@ fn everything_that_fits_goes_in_whole() {
 #[test]
 fn the_answer_in_the_last_section_of_the_largest_of_16_resources_is_kept_at_1000() {
     let topics = [
-        "billing", "travel", "hiring", "security", "payroll", "facilities", "legal", "sales",
-        "support", "marketing", "design", "research", "finance", "training", "audit", "parking",
+        "billing",
+        "travel",
+        "hiring",
+        "security",
+        "payroll",
+        "facilities",
+        "legal",
+        "sales",
+        "support",
+        "marketing",
+        "design",
+        "research",
+        "finance",
+        "training",
+        "audit",
+        "parking",
     ];
     let mut items: Vec<Item> = topics
         .iter()
@@ -125,12 +145,20 @@ fn the_answer_in_the_last_section_of_the_largest_of_16_resources_is_kept_at_1000
          is 4417.\n",
     );
     items[15] = text_item(15, largest);
-    let out = run(items, 1000, "Where do visitors park, and what is the gate code?", &[]);
+    let out = run(
+        items,
+        1000,
+        "Where do visitors park, and what is the gate code?",
+        &[],
+    );
     let ctx = context(&out);
     assert!(ctx.contains("the gate code is 4417"), "{ctx}");
     assert!(total(&out) <= 1000);
     // The kept passage shows where it came from.
-    assert!(ctx.contains("· parking handbook > Visitor parking]"), "{ctx}");
+    assert!(
+        ctx.contains("· parking handbook > Visitor parking]"),
+        "{ctx}"
+    );
     let kept = &out.fitted[15];
     assert!(matches!(kept.treatment, Treatment::Chunked { .. }));
     let answer = kept
@@ -143,14 +171,18 @@ fn the_answer_in_the_last_section_of_the_largest_of_16_resources_is_kept_at_1000
     let note = out.notes.join(" ");
     let kept_resources = out.fitted.iter().filter(|f| f.block.is_some()).count();
     assert!(
-        note.contains(&format!("from {kept_resources} resources; {} left out", 16 - kept_resources)),
+        note.contains(&format!(
+            "from {kept_resources} resources; {} left out",
+            16 - kept_resources
+        )),
         "{note}"
     );
     // A resource left out says why.
     for f in out.fitted.iter().filter(|f| f.block.is_none()) {
         let reason = f.reason.as_deref().unwrap_or("");
         assert!(
-            reason == "no passage matched the message" || reason.contains("the budget ran out at rank"),
+            reason == "no passage matched the message"
+                || reason.contains("the budget ran out at rank"),
             "{reason}"
         );
     }
@@ -196,7 +228,9 @@ fn chinese_questions_find_chinese_passages() {
             "## 第{k}节\n\n这一节讲的是模板语法和事件处理的一些细节，第{k}条规则适用于大多数组件。\n\n"
         );
     }
-    doc.push_str("## 计算属性缓存\n\n计算属性值会基于其响应式依赖被缓存，只在依赖更新时才重新计算。\n\n");
+    doc.push_str(
+        "## 计算属性缓存\n\n计算属性值会基于其响应式依赖被缓存，只在依赖更新时才重新计算。\n\n",
+    );
     for k in 40..60 {
         let _ = write!(doc, "## 第{k}节\n\n更多关于渲染函数的说明。\n\n");
     }
@@ -226,7 +260,12 @@ fn a_follow_up_question_uses_the_recent_history() {
     // Alone, "and its timeout?" ranks both timeouts; the history's "cache" decides.
     let out = run(items, 60, "and its timeout?", &["How does the cache work?"]);
     let first = out.fitted[0].passages.first().map(|p| p.heading.clone());
-    assert_eq!(first.as_deref(), Some("Settings > Cache"), "{}", context(&out));
+    assert_eq!(
+        first.as_deref(),
+        Some("Settings > Cache"),
+        "{}",
+        context(&out)
+    );
 }
 
 #[test]
@@ -253,7 +292,10 @@ fn a_message_without_terms_falls_back_to_summaries_and_truncation() {
     let out = run(items, 300, "?", &[]);
     for f in &out.fitted {
         assert!(
-            matches!(f.treatment, Treatment::Summarized | Treatment::Truncated { .. }),
+            matches!(
+                f.treatment,
+                Treatment::Summarized | Treatment::Truncated { .. }
+            ),
             "{:?}",
             f.treatment
         );

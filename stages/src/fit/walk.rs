@@ -69,8 +69,8 @@ fn cost_with(
 ) -> usize {
     st.kept.push(kept.clone());
     // Every passage whole: the text goes in whole, without locators.
-    let whole = st.kept.len() == index.passages.passages.len()
-        && st.kept.iter().all(|k| k.cut.is_none());
+    let whole =
+        st.kept.len() == index.passages.passages.len() && st.kept.iter().all(|k| k.cut.is_none());
     let cost = if whole {
         count_cached(text, tk, &opts.caches)
     } else {
@@ -122,8 +122,11 @@ pub(super) async fn select(
     for (m, (i, index)) in indexes.iter().enumerate() {
         let item = &items[*i];
         let b = boost(item.source.scope, item.priority);
-        for p in 0..index.passages.passages.len() {
-            let s = scores[m][p];
+        for (p, &s) in scores[m]
+            .iter()
+            .enumerate()
+            .take(index.passages.passages.len())
+        {
             if s > 0.0 || item.must {
                 units.push(Unit {
                     member: m,
@@ -273,7 +276,9 @@ pub(super) async fn select(
                 }
                 (Some(r), None) => {
                     below += 1;
-                    format!("its best passage ranked {r}, after the most passages a resource may give")
+                    format!(
+                        "its best passage ranked {r}, after the most passages a resource may give"
+                    )
                 }
             });
             out.push((*i, f));
@@ -323,7 +328,10 @@ pub(super) async fn select(
          kept {kept_passages} passages ({used} tokens) from {kept_resources} resources; \
          {} left out ({unmatched} with no passage matching the message, {below} ranked below \
          the cut{})",
-        indexes.iter().map(|(_, x)| x.passages.passages.len()).sum::<usize>(),
+        indexes
+            .iter()
+            .map(|(_, x)| x.passages.passages.len())
+            .sum::<usize>(),
         resources - kept_resources,
         stopped_at.map_or(String::new(), |s| format!(" at rank {s}")),
     ));
