@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use hostpipe_core::{
-    AttachmentStore, McpSource as _, MemoryStore, ModelProfile, Pipeline, Prepared, Turn,
+    AttachmentStore, BuildContext, McpSource as _, MemoryStore, ModelProfile, Pipeline, Prepared,
+    Turn,
 };
 use hostpipe_mcp::{HostOptions, McpHost, ServerConfig};
 use hostpipe_runners::{PreviewConfig, PreviewRunner};
@@ -125,8 +126,15 @@ pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<Be
             },
             host.clone(),
         )?;
-        let inject =
-            ResourceContextInjection::new(config.clone(), host.clone(), &Default::default())?;
+        let ctx = BuildContext {
+            pipeline_id: "bench".into(),
+            mcp: host.clone(),
+            model: Arc::new(ModelProfile::default()),
+            summarizers: Default::default(),
+            embedders: Default::default(),
+            rerankers: Default::default(),
+        };
+        let inject = ResourceContextInjection::new(config.clone(), &ctx)?;
         let pipeline = Pipeline::new(
             "bench",
             vec![

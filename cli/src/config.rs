@@ -50,7 +50,9 @@ use hostpipe_core::{
     BuildContext, ConfigError, McpSource, ModelProfile, Pipeline, Registry, Summarizer,
 };
 use hostpipe_mcp::{HostOptions, RawServerEntry, ServerConfig, parse_mcp_servers_json};
-use hostpipe_runners::{OpenAiSummarizer, OpenAiSummarizerConfig};
+use hostpipe_runners::{
+    HttpReranker, OpenAiEmbedder, OpenAiSummarizer, OpenAiSummarizerConfig, RetrievalServiceConfig,
+};
 use serde::Deserialize;
 
 /// Where the embedded default configuration says it comes from, in errors.
@@ -192,7 +194,53 @@ struct FileConfig {
     #[serde(default)]
     summarizers: BTreeMap<String, SummarizerSection>,
     #[serde(default)]
+    embedders: BTreeMap<String, EmbedderSection>,
+    #[serde(default)]
+    rerankers: BTreeMap<String, RerankerSection>,
+    #[serde(default)]
     pipelines: BTreeMap<String, toml::Table>,
+}
+
+/// `[embedders.NAME]`: an OpenAI-compatible `/embeddings` endpoint that pipelines name in
+/// `resource_context_injection.embedder` for dense retrieval.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedderSection {
+    /// API base URL including the version, e.g. `http://127.0.0.1:8080/v1`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// The environment variable that holds the API key, if the endpoint needs one.
+    pub api_key_env: Option<String>,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Request timeout in milliseconds. Default 10 000.
+    pub timeout_ms: Option<u64>,
+    /// Most inputs per request. Default 64.
+    pub batch_size: Option<usize>,
+}
+
+/// `[rerankers.NAME]`: a `/rerank` endpoint that pipelines name in
+/// `resource_context_injection.reranker`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RerankerSection {
+    /// API base URL including the version, e.g. `http://127.0.0.1:8081/v1`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// The request shape: `cohere` (the default; Cohere, Jina, vLLM, llama.cpp,
+    /// Infinity) or `tei` (text-embeddings-inference's own).
+    #[serde(default)]
+    pub api: hostpipe_runners::RerankApi,
+    /// The environment variable that holds the API key, if the endpoint needs one.
+    pub api_key_env: Option<String>,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Request timeout in milliseconds. Default 10 000.
+    pub timeout_ms: Option<u64>,
 }
 
 /// `[summarizers.NAME]`: a model-backed summarizer that pipelines name in
@@ -238,6 +286,10 @@ pub struct LoadedConfig {
     pub servers: Vec<ServerConfig>,
     /// Model-backed summarizers by name.
     pub summarizers: BTreeMap<String, SummarizerSection>,
+    /// Embedding endpoints by name.
+    pub embedders: BTreeMap<String, EmbedderSection>,
+    /// Rerank endpoints by name.
+    pub rerankers: BTreeMap<String, RerankerSection>,
     /// Pins and read history.
     pub store: StoreSection,
     /// The HTTP service.
@@ -343,6 +395,8 @@ pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
         host,
         servers,
         summarizers: file.summarizers,
+        embedders: file.embedders,
+        rerankers: file.rerankers,
         store: file.store,
         serve: file.serve,
         approver: None,
@@ -487,6 +541,7 @@ impl LoadedConfig {
     ) -> Result<BTreeMap<String, Pipeline>, ConfigError> {
         let model = Arc::new(self.model.clone());
         let summarizers = self.build_summarizers()?;
+        let (embedders, rerankers) = self.build_retrieval()?;
         let mut out = BTreeMap::new();
         for (id, table) in &self.pipelines {
             let at = |k: &str| format!("pipelines.{id}{}{k}", if k.is_empty() { "" } else { "." });
@@ -591,6 +646,8 @@ impl LoadedConfig {
                 mcp: Arc::clone(&mcp),
                 model: Arc::clone(&model),
                 summarizers: summarizers.clone(),
+                embedders: embedders.clone(),
+                rerankers: rerankers.clone(),
             };
             let section = |name: &str| -> Result<serde_json::Value, ConfigError> {
                 table.get(name).map_or(Ok(serde_json::Value::Null), |v| {
@@ -706,6 +763,81 @@ impl LoadedConfig {
                 }
             }
         }
+    }
+
+    /// The `[embedders.*]` and `[rerankers.*]`, built. API keys are read from the
+    /// environment variables the sections name.
+    #[allow(clippy::type_complexity)]
+    fn build_retrieval(
+        &self,
+    ) -> Result<
+        (
+            BTreeMap<String, Arc<dyn hostpipe_core::Embedder>>,
+            BTreeMap<String, Arc<dyn hostpipe_core::Reranker>>,
+        ),
+        ConfigError,
+    > {
+        let err = |at: String, m: String| ConfigError::new(at, m).in_file(&self.source);
+        let service = |table: &str,
+                       name: &str,
+                       base_url: &str,
+                       model: &str,
+                       api_key_env: &Option<String>,
+                       headers: &BTreeMap<String, String>,
+                       timeout_ms: Option<u64>|
+         -> Result<RetrievalServiceConfig, ConfigError> {
+            let mut c = RetrievalServiceConfig::new(base_url, model);
+            if let Some(var) = api_key_env {
+                c.api_key = Some(std::env::var(var).map_err(|_| {
+                    err(
+                        format!("{table}.{name}.api_key_env"),
+                        format!("environment variable `{var}` is not set"),
+                    )
+                })?);
+            }
+            c.headers.clone_from(headers);
+            if let Some(ms) = timeout_ms {
+                if ms == 0 {
+                    return Err(err(
+                        format!("{table}.{name}.timeout_ms"),
+                        "must be at least 1 ms".into(),
+                    ));
+                }
+                c.timeout = Duration::from_millis(ms);
+            }
+            Ok(c)
+        };
+        let mut embedders: BTreeMap<String, Arc<dyn hostpipe_core::Embedder>> = BTreeMap::new();
+        for (name, e) in &self.embedders {
+            let c = service(
+                "embedders",
+                name,
+                &e.base_url,
+                &e.model,
+                &e.api_key_env,
+                &e.headers,
+                e.timeout_ms,
+            )?;
+            let embedder = OpenAiEmbedder::new(name.clone(), c, e.batch_size.unwrap_or(64))
+                .map_err(|e| err(format!("embedders.{name}"), e.message))?;
+            embedders.insert(name.clone(), Arc::new(embedder));
+        }
+        let mut rerankers: BTreeMap<String, Arc<dyn hostpipe_core::Reranker>> = BTreeMap::new();
+        for (name, r) in &self.rerankers {
+            let c = service(
+                "rerankers",
+                name,
+                &r.base_url,
+                &r.model,
+                &r.api_key_env,
+                &r.headers,
+                r.timeout_ms,
+            )?;
+            let reranker = HttpReranker::new(name.clone(), c, r.api)
+                .map_err(|e| err(format!("rerankers.{name}"), e.message))?;
+            rerankers.insert(name.clone(), Arc::new(reranker));
+        }
+        Ok((embedders, rerankers))
     }
 
     /// The `[summarizers.*]`, built. The API key is read from the environment variable

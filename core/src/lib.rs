@@ -25,6 +25,7 @@ pub mod fence;
 pub mod model;
 pub mod pipeline;
 pub mod registry;
+pub mod retrieval;
 pub mod run;
 pub mod source;
 pub mod stage;
@@ -52,6 +53,7 @@ pub use registry::{
     BuildContext, Registry, RegistryError, RunnerDescriptor, StageDescriptor, StagePhase,
     parse_section,
 };
+pub use retrieval::{Embedder, Reranker, RetrievalError};
 pub use run::{
     EventSink, RunEvent, RunReply, RunRequest, Runner, TokenUsage, collect_reply,
     collect_reply_tapped,

@@ -60,6 +60,10 @@ pub struct BuildContext {
     pub model: Arc<ModelProfile>,
     /// Summarizers configured by name (besides the built-in `extractive`).
     pub summarizers: BTreeMap<String, Arc<dyn Summarizer>>,
+    /// Embedders configured by name (`[embedders.NAME]`).
+    pub embedders: BTreeMap<String, Arc<dyn crate::Embedder>>,
+    /// Rerankers configured by name (`[rerankers.NAME]`).
+    pub rerankers: BTreeMap<String, Arc<dyn crate::Reranker>>,
 }
 
 /// Deserializes a stage's or runner's config section into its typed config; `null` (the

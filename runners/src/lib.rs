@@ -17,12 +17,14 @@ pub mod openai;
 pub mod preview;
 pub mod remote;
 pub mod render;
+pub mod retrieval;
 pub mod summarizer;
 
 pub use dify::{DifyAppType, DifyConfig, DifyRunner};
 pub use openai::{LocalAgentRunner, LocalConfig};
 pub use preview::{PreviewConfig, PreviewFormat, PreviewReport, PreviewRunner};
 pub use remote::{RemoteConfig, RemoteRunRequest, RemoteRunner};
+pub use retrieval::{HttpReranker, OpenAiEmbedder, RerankApi, RetrievalServiceConfig};
 pub use summarizer::{OpenAiSummarizer, OpenAiSummarizerConfig};
 
 /// Makes sure the linker keeps this crate's registrations: call it (it does nothing)

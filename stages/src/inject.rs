@@ -32,6 +32,7 @@ use crate::config::parse_section;
 use crate::convert::{ConvertLimits, Converted, ResourceMeta, convert};
 use crate::fit::{Caches, FitOptions, FitQuery, Item, Strategy, content_hash, fit};
 use crate::lexical::{Analyzer, Language};
+use crate::retrieval::Retrieval;
 use crate::summarize::ExtractiveSummarizer;
 use crate::uri_template;
 use hostpipe_core::Summarizer;
@@ -93,6 +94,16 @@ pub struct InjectConfig {
     pub history_messages: usize,
     /// Weight of a history term against a message term (1). Default 0.3.
     pub history_weight: f64,
+    /// Dense retrieval: the name of an `[embedders.NAME]` whose similarity order is fused
+    /// with the lexical one (reciprocal rank fusion). Default none.
+    pub embedder: Option<String>,
+    /// Reranking: the name of a `[rerankers.NAME]` that reorders the first
+    /// `rerank_top` passages. Default none.
+    pub reranker: Option<String>,
+    /// How many of the first passages the reranker reorders. Default 20.
+    pub rerank_top: usize,
+    /// Most passages embedded in one turn (the lexically best first). Default 2048.
+    pub max_embedded_passages: usize,
     /// Summarizer: `extractive` (the default; picks sentences, needs no model), `none`
     /// (`auto` goes from chunk straight to truncate), or the name of a configured one
     /// (e.g. an OpenAI-compatible model).
@@ -128,6 +139,10 @@ impl Default for InjectConfig {
             language: Language::English,
             history_messages: 2,
             history_weight: 0.3,
+            embedder: None,
+            reranker: None,
+            rerank_top: 20,
+            max_embedded_passages: 2048,
             summarizer: "extractive".into(),
             max_resource_bytes: 8 * 1024 * 1024,
             max_turn_bytes: 32 * 1024 * 1024,
@@ -188,13 +203,12 @@ impl ResourceContextInjection {
     /// [`ConfigError`] at `attachments[i]…` for an unknown server, neither or both of
     /// `uri` and `template`, an invalid template, a template variable without an
     /// argument or an argument the template does not have; at `budget_share` for a
-    /// share outside (0, 1] or given with `budget_tokens`; at `chunk_tokens` for 0; at
-    /// `summarizer` for a name that is neither built in nor in `summarizers`.
-    pub fn new(
-        config: InjectConfig,
-        mcp: Arc<dyn McpSource>,
-        summarizers: &BTreeMap<String, Arc<dyn Summarizer>>,
-    ) -> Result<Self, ConfigError> {
+    /// share outside (0, 1] or given with `budget_tokens`; at `passage_tokens` under 16;
+    /// at `history_weight` outside [0, 1]; at `summarizer`, `embedder` or `reranker` for
+    /// a name `ctx` does not have (the error lists the names it has).
+    pub fn new(config: InjectConfig, ctx: &BuildContext) -> Result<Self, ConfigError> {
+        let mcp = Arc::clone(&ctx.mcp);
+        let summarizers = &ctx.summarizers;
         if let Some(share) = config.budget_share {
             if config.budget_tokens.is_some() {
                 return Err(ConfigError::new(
@@ -300,6 +314,47 @@ impl ResourceContextInjection {
                 }
             },
         };
+        let named = |key: &str, name: &str, known: Vec<&String>| {
+            let known: Vec<&str> = known.into_iter().map(String::as_str).collect();
+            ConfigError::new(
+                key,
+                format!(
+                    "unknown {key} `{name}`; configured: {} (see [{key}s.NAME])",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )
+        };
+        let embedder = match &config.embedder {
+            None => None,
+            Some(name) => {
+                Some(Arc::clone(ctx.embedders.get(name).ok_or_else(|| {
+                    named("embedder", name, ctx.embedders.keys().collect())
+                })?))
+            }
+        };
+        let reranker = match &config.reranker {
+            None => None,
+            Some(name) => {
+                Some(Arc::clone(ctx.rerankers.get(name).ok_or_else(|| {
+                    named("reranker", name, ctx.rerankers.keys().collect())
+                })?))
+            }
+        };
+        if config.rerank_top == 0 {
+            return Err(ConfigError::new("rerank_top", "must be at least 1"));
+        }
+        let retrieval = (embedder.is_some() || reranker.is_some()).then(|| {
+            Arc::new(Retrieval {
+                embedder,
+                reranker,
+                rerank_top: config.rerank_top,
+                max_embedded: config.max_embedded_passages,
+            })
+        });
         let fit = FitOptions {
             truncate: config.truncate,
             passage_tokens: config.passage_tokens,
@@ -308,7 +363,7 @@ impl ResourceContextInjection {
             history_weight: config.history_weight,
             summarizer,
             analyzer: Arc::new(Analyzer::new(config.language)),
-            retrieval: None,
+            retrieval,
             caches: Arc::new(Caches::default()),
         };
         let limits = ConvertLimits {
@@ -1020,11 +1075,7 @@ impl Stage for ResourceContextInjection {
 
 fn build(section: &serde_json::Value, ctx: &BuildContext) -> Result<Box<dyn Stage>, ConfigError> {
     let config: InjectConfig = parse_section(section)?;
-    Ok(Box::new(ResourceContextInjection::new(
-        config,
-        Arc::clone(&ctx.mcp),
-        &ctx.summarizers,
-    )?))
+    Ok(Box::new(ResourceContextInjection::new(config, ctx)?))
 }
 
 hostpipe_core::submit_stage! {

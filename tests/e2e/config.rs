@@ -72,7 +72,7 @@ fn bad_configs_are_refused_with_file_and_key() {
         ),
         (
             "[pipeline.default]",
-            "bad.toml: pipeline: unknown field `pipeline`, expected one of `model`, `host`, `store`, `serve`, `mcp_servers`, `summarizers`, `pipelines` (line 1, column 2)",
+            "bad.toml: pipeline: unknown field `pipeline`, expected one of `model`, `host`, `store`, `serve`, `mcp_servers`, `summarizers`, `embedders`, `rerankers`, `pipelines` (line 1, column 2)",
         ),
     ];
     for (toml, expected) in cases {

@@ -21,6 +21,7 @@ mod fuzz;
 mod live;
 mod prompts;
 mod python;
+mod ranking;
 mod registry;
 mod runners;
 mod serve;

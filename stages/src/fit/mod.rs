@@ -99,6 +99,7 @@ pub struct Caches {
     indexes: moka::sync::Cache<(u64, SplitKind, usize, Language), Arc<DocIndex>>,
     summaries: moka::sync::Cache<(String, String, u64, usize), Arc<str>>,
     counts: moka::sync::Cache<u64, usize>,
+    embeddings: moka::sync::Cache<(String, u64), Arc<[f32]>>,
 }
 
 impl Default for Caches {
@@ -113,11 +114,25 @@ impl Default for Caches {
                 .weigher(|_, v: &Arc<str>| u32::try_from(v.len()).unwrap_or(u32::MAX))
                 .build(),
             counts: moka::sync::Cache::new(100_000),
+            embeddings: moka::sync::Cache::builder()
+                .max_capacity(256 * 1024 * 1024)
+                .weigher(|_, v: &Arc<[f32]>| u32::try_from(v.len() * 4 + 64).unwrap_or(u32::MAX))
+                .build(),
         }
     }
 }
 
 impl Caches {
+    /// The cached embedding of a text, by (embedder, content hash).
+    pub(crate) fn embedding(&self, key: &(String, u64)) -> Option<Arc<[f32]>> {
+        self.embeddings.get(key)
+    }
+
+    /// Caches an embedding.
+    pub(crate) fn put_embedding(&self, key: (String, u64), vector: Arc<[f32]>) {
+        self.embeddings.insert(key, vector);
+    }
+
     /// The passage index of `text`, built on first use.
     fn index(&self, text: &str, hash: u64, kind: SplitKind, opts: &FitOptions) -> Arc<DocIndex> {
         let kind = match kind {

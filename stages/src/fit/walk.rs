@@ -20,6 +20,7 @@ use super::{FitOptions, FitOutcome, Fitted, Item, boost, count_cached, text_bloc
 use crate::convert::Converted;
 use crate::excerpt::{Kept, Spans, render};
 use crate::index::{DocIndex, Query, RankInput, field_terms, rank};
+use crate::retrieval::Pool;
 
 /// What the walk needs.
 pub(super) struct Input<'a> {
@@ -148,14 +149,42 @@ pub(super) async fn select(
     musts.sort_by(by_score);
     rest.sort_by(by_score);
     if let Some(retrieval) = &opts.retrieval {
+        // Passages no query term matched: dense retrieval may still bring them in.
+        let unmatched: Vec<Unit> = scores
+            .iter()
+            .enumerate()
+            .filter(|&(m, _)| !items[indexes[m].0].must)
+            .flat_map(|(m, s)| {
+                s.iter()
+                    .enumerate()
+                    .filter(|(_, x)| **x <= 0.0)
+                    .map(move |(p, _)| Unit {
+                        member: m,
+                        passage: p,
+                        score: 0.0,
+                    })
+            })
+            .collect();
         let texts: Vec<&str> = (0..indexes.len()).map(text_of).collect();
-        match retrieval
-            .reorder(message, &mut rest, indexes, &texts, &opts.caches)
-            .await
-        {
-            Ok(notes) => outcome.notes.extend(notes),
-            Err(w) => outcome.warnings.push(w),
-        }
+        let boost_of = |m: usize| {
+            let item = &items[indexes[m].0];
+            boost(item.source.scope, item.priority)
+        };
+        let done = retrieval
+            .reorder(
+                message,
+                &mut rest,
+                &unmatched,
+                &Pool {
+                    indexes,
+                    texts: &texts,
+                    boost: &boost_of,
+                },
+                &opts.caches,
+            )
+            .await;
+        outcome.notes.extend(done.notes);
+        outcome.warnings.extend(done.warnings);
     }
     let matched = musts.iter().chain(&rest).filter(|u| u.score > 0.0).count();
 
