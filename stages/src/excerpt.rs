@@ -166,10 +166,21 @@ pub struct Kept {
 /// Renders the kept pieces of `text` (any order; rendered in document order, adjacent
 /// whole passages merged) under locator lines (see the module docs).
 pub fn render(text: &str, index: &DocIndex, kept: &[Kept]) -> String {
+    excerpts(text, index, kept).concat()
+}
+
+/// The excerpts [`render`] joins, each its locator line, its text and a newline.
+///
+/// Each excerpt ends with one newline after a character that is not whitespace, and the
+/// next starts with `[`: `o200k_base` and `cl100k_base` split pre-tokens there (their
+/// patterns end a token at a newline and start a new one at `[`), so the rendered
+/// text's token count is the sum of its excerpts' counts, and each excerpt's count can
+/// be cached by content.
+pub fn excerpts(text: &str, index: &DocIndex, kept: &[Kept]) -> Vec<String> {
     let mut sorted: Vec<&Kept> = kept.iter().collect();
     sorted.sort_by_key(|k| (k.passage, k.cut.as_ref().map_or(0, |c| c.start)));
     let p = &index.passages;
-    let mut out = String::new();
+    let mut pieces = Vec::new();
     let mut i = 0;
     // Where the previous excerpt ended: passages may overlap by a few lines, which are
     // shown once.
@@ -196,11 +207,13 @@ pub fn render(text: &str, index: &DocIndex, kept: &[Kept]) -> String {
             }
         };
         let range = range.start.max(shown_to).min(range.end)..range.end;
-        if range.is_empty() {
+        let body = text[range.clone()].trim_matches('\n').trim_end();
+        if body.is_empty() {
             i += 1;
             continue;
         }
         shown_to = range.end;
+        let mut out = String::with_capacity(body.len() + 64);
         let pa = &p.passages[first.passage];
         let before = text[pa.range.start..range.start].matches('\n').count();
         let inside = text[range.clone()].trim_end().matches('\n').count();
@@ -216,11 +229,12 @@ pub fn render(text: &str, index: &DocIndex, kept: &[Kept]) -> String {
             let _ = write!(out, " · {}", shorten(&path, 160));
         }
         out.push_str("]\n");
-        out.push_str(text[range].trim_matches('\n').trim_end());
+        out.push_str(body);
         out.push('\n');
+        pieces.push(out);
         i += 1;
     }
-    out
+    pieces
 }
 
 /// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.

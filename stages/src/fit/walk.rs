@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap;
 
 use super::{FitOptions, FitOutcome, Fitted, Item, boost, count_cached, text_block};
 use crate::convert::Converted;
-use crate::excerpt::{Kept, Spans, render};
+use crate::excerpt::{Kept, Spans, excerpts, render};
 use crate::index::{DocIndex, Query, RankInput, field_terms, rank};
 use crate::retrieval::Pool;
 
@@ -75,7 +75,12 @@ fn cost_with(
     let cost = if whole {
         count_cached(text, tk, &opts.caches)
     } else {
-        count_cached(&render(text, index, &st.kept), tk, &opts.caches)
+        // Each excerpt's count is cached by its content: a warm turn that keeps passages
+        // an earlier turn kept counts nothing again.
+        excerpts(text, index, &st.kept)
+            .iter()
+            .map(|e| count_cached(e, tk, &opts.caches))
+            .sum()
     };
     st.kept.pop();
     cost
