@@ -60,8 +60,10 @@ pub struct ReadRecord {
 pub struct PassageRecord {
     /// Its place in the turn's ranking of all passages, from 1.
     pub rank: usize,
-    /// Its relevance score: BM25 over the turn's passages, with the scope and priority
-    /// boost (0 for a passage kept only because its resource is a must).
+    /// The score the order was made by: BM25 over the turn's passages with the scope
+    /// and priority boost; the fused score when dense retrieval is on; the reranker's
+    /// relevance for reranked passages; 0 for a passage kept only because its resource
+    /// is a must.
     pub score: f64,
     /// First line (1-based).
     pub first_line: u32,

@@ -181,6 +181,25 @@ impl PreviewReport {
             if let Some(e) = &r.error {
                 let _ = writeln!(out, "{:<width$}    ↳ {e}", "");
             }
+            if !r.passages.is_empty() {
+                let kept: Vec<String> = r
+                    .passages
+                    .iter()
+                    .map(|p| {
+                        format!(
+                            "#{} lines {}-{}{}",
+                            p.rank,
+                            p.first_line,
+                            p.last_line,
+                            if p.cut { " (excerpt)" } else { "" }
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(out, "{:<width$}    ↳ kept {}", "", kept.join(", "));
+            }
+            if let (Some(why), None) = (&r.reason, &r.error) {
+                let _ = writeln!(out, "{:<width$}    ↳ {why}", "");
+            }
         }
         let budget = self
             .budget

@@ -103,11 +103,17 @@ async fn the_answer_at_the_end_of_the_largest_of_eight_manuals_is_kept_at_300_to
         })
         .unwrap();
     let kept_resources = 8 - left_out.len();
+    let unmatched = left_out
+        .iter()
+        .filter(|r| r.reason.as_deref() == Some("no passage matched the message"))
+        .count();
     assert!(
-        note.contains(&format!(
-            "from {kept_resources} resources; {} left out",
-            left_out.len()
-        )),
+        note.contains(&format!("from {kept_resources} resource"))
+            && note.ends_with(&format!(
+                "; {} left out: {unmatched} with no passage matching the message, {} ranked below the cut",
+                left_out.len(),
+                left_out.len() - unmatched
+            )),
         "{note}"
     );
     host.shutdown().await;

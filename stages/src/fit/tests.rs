@@ -170,11 +170,18 @@ fn the_answer_in_the_last_section_of_the_largest_of_16_resources_is_kept_at_1000
     // The numbers of the note add up: kept + left out = 16.
     let note = out.notes.join(" ");
     let kept_resources = out.fitted.iter().filter(|f| f.block.is_some()).count();
+    let unmatched = out
+        .fitted
+        .iter()
+        .filter(|f| f.reason.as_deref() == Some("no passage matched the message"))
+        .count();
+    let left = 16 - kept_resources;
     assert!(
-        note.contains(&format!(
-            "from {kept_resources} resources; {} left out",
-            16 - kept_resources
-        )),
+        note.contains(&format!("from {kept_resources} resources; the budget ran out at rank"))
+            && note.ends_with(&format!(
+                "; {left} left out: {unmatched} with no passage matching the message, {} ranked below the cut",
+                left - unmatched
+            )),
         "{note}"
     );
     // A resource left out says why.

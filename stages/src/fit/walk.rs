@@ -357,17 +357,34 @@ pub(super) async fn select(
         out.push((*i, f));
     }
     let resources = indexes.len();
-    outcome.notes.push(format!(
-        "ranked {} passages of {resources} resources against the message ({matched} matched); \
-         kept {kept_passages} passages ({used} tokens) from {kept_resources} resources; \
-         {} left out ({unmatched} with no passage matching the message, {below} ranked below \
-         the cut{})",
-        indexes
-            .iter()
-            .map(|(_, x)| x.passages.passages.len())
-            .sum::<usize>(),
-        resources - kept_resources,
-        stopped_at.map_or(String::new(), |s| format!(" at rank {s}")),
-    ));
+    let passages: usize = indexes.iter().map(|(_, x)| x.passages.passages.len()).sum();
+    let mut note = format!(
+        "ranked {} of {} against the message, {matched} of them matching; kept {} ({used} \
+         tokens) from {}",
+        plural(passages, "passage"),
+        plural(resources, "resource"),
+        plural(kept_passages, "passage"),
+        plural(kept_resources, "resource"),
+    );
+    if let Some(s) = stopped_at {
+        note.push_str(&format!("; the budget ran out at rank {s}"));
+    }
+    if kept_resources < resources {
+        note.push_str(&format!(
+            "; {} left out: {unmatched} with no passage matching the message, {below} ranked \
+             below the cut",
+            resources - kept_resources
+        ));
+    }
+    outcome.notes.push(note);
     out
+}
+
+/// `1 passage`, `2 passages`.
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
 }
