@@ -177,7 +177,7 @@ fn the_answer_in_the_last_section_of_the_largest_of_16_resources_is_kept_at_1000
         .count();
     let left = 16 - kept_resources;
     assert!(
-        note.contains(&format!("from {kept_resources} resources; the budget ran out at rank"))
+        note.contains(&format!("from {kept_resources} resource"))
             && note.ends_with(&format!(
                 "; {left} left out: {unmatched} with no passage matching the message, {} ranked below the cut",
                 left - unmatched
