@@ -89,8 +89,16 @@ impl Spans {
                 split.push(u);
                 continue;
             }
-            for (o, sentence) in s.split_sentence_bound_indices() {
+            // UAX #29 ends a sentence at every line break; a paragraph wrapped at 80
+            // columns is one run of sentences, so its line breaks are read as spaces
+            // (one byte for one byte: the offsets stay those of the text).
+            let unwrapped = s.trim_end_matches('\n').replace('\n', " ");
+            for (o, sentence) in unwrapped.split_sentence_bound_indices() {
                 split.push(u.start + o..u.start + o + sentence.len());
+            }
+            // The paragraph's trailing newlines go with its last sentence.
+            if let Some(last) = split.last_mut() {
+                last.end = u.end;
             }
         }
         let units: Vec<Range<usize>> = split.into_iter().filter(|u| !u.is_empty()).collect();
@@ -279,6 +287,22 @@ mod tests {
         assert!(text[s.span(2)].starts_with("Beta two"));
         assert_eq!(s.span(4), 0..text.len());
         assert_eq!(s.span(99), 0..text.len());
+    }
+
+    #[test]
+    fn a_wrapped_paragraph_is_cut_at_sentences_not_lines() {
+        let a = Analyzer::new(Language::English);
+        let text = "The first sentence of this paragraph is wrapped at a narrow width so\n\
+                    that it runs over two lines. The zebra gate code is 4417, and it too\n\
+                    is wrapped. The last sentence closes the paragraph without a word of\n\
+                    interest in it.\n";
+        let s = Spans::new(text, 0..text.len(), &a, &q(&[("zebra", 1.0)]));
+        assert_eq!(s.steps(), 3);
+        assert_eq!(
+            &text[s.span(0)],
+            "The zebra gate code is 4417, and it too\nis wrapped. "
+        );
+        assert_eq!(s.span(2), 0..text.len());
     }
 
     #[test]

@@ -595,3 +595,88 @@ async fn the_clients_check_what_the_services_answer() {
         "{e}"
     );
 }
+
+#[test]
+fn hostpipe_eval_measures_answer_recall_per_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = hostpipe_tests::root().join("tests/.venv/bin/python");
+    let server = hostpipe_tests::root().join("tests/servers/manuals_server.py");
+    let config = dir.path().join("hostpipe.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[store]
+url = "none"
+[mcp_servers.manuals]
+command = "{}"
+args = ["{}"]
+[pipelines.default]
+runner = "preview"
+[pipelines.default.bind_mcp_servers]
+servers = ["manuals"]
+"#,
+            python.display(),
+            server.display()
+        ),
+    )
+    .unwrap();
+    let attach: Vec<serde_json::Value> = MANUALS
+        .iter()
+        .map(|u| json!({"server": "manuals", "uri": u}))
+        .collect();
+    let questions = [
+        json!({"id": "gate", "question": "What is the gate code for visitors?", "answers": ["gate code 4417"], "attach": attach}),
+        json!({"id": "cache", "question": "计算属性会缓存吗？", "answers": ["仅会在其响应式依赖更新时才重新计算"], "attach": attach}),
+        // No passage says it: a miss at every budget.
+        json!({"id": "moon", "question": "How far away is the moon?", "answers": ["384,400 km"], "attach": attach}),
+    ];
+    let file = dir.path().join("questions.jsonl");
+    std::fs::write(
+        &file,
+        questions.iter().map(|q| format!("{q}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = hostpipe_tests::hostpipe_command()
+        .args(["--config"])
+        .arg(&config)
+        .args(["eval", "--budgets", "200,1000", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["pipeline"], "default");
+    for (b, budget) in report["budgets"].as_array().unwrap().iter().zip([200, 1000]) {
+        assert_eq!(b["budget"], budget);
+        assert_eq!(b["questions"], 3);
+        assert_eq!(b["answered"], 2, "{b}");
+        assert_eq!(b["misses"], json!(["moon"]));
+        assert!(b["max_tokens"].as_u64().unwrap() <= budget);
+    }
+    // The table, for people.
+    let out = hostpipe_tests::hostpipe_command()
+        .args(["--config"])
+        .arg(&config)
+        .args(["eval", "--budgets", "200"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.contains("| 200 | 66.7% | 2/3 |") && table.contains("missed at 200: moon"),
+        "{table}"
+    );
+    // A bad line is named.
+    std::fs::write(&file, "{\"question\": \"x?\"}\n").unwrap();
+    let out = hostpipe_tests::hostpipe_command()
+        .args(["--config"])
+        .arg(&config)
+        .args(["eval"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("questions.jsonl:1: missing field `answers`"), "{stderr}");
+}
