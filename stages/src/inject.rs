@@ -6,12 +6,13 @@
 //! 2. The listing supplies each resource's annotations, size and MIME type. Resources
 //!    whose `annotations.audience` is only `["user"]` never go to the model; MIME types
 //!    outside the policy and resources over the byte limit are not read.
-//! 3. Ranking: scope (message > conversation > pipeline), then `annotations.priority`
-//!    (1.0 = must include), then `lastModified` (newer first), then attachment order.
+//! 3. Attachments are put in order: scope (message > conversation > pipeline), then
+//!    `annotations.priority` (1.0 or `must = true`: must include), then `lastModified`
+//!    (newer first), then attachment order. The order breaks ties; relevance decides.
 //! 4. All reads run concurrently; contents are converted by MIME type ([`convert`]).
-//! 5. The budget is split between blocks ([`crate::budget`]) and each text that does not
-//!    fit whole is shrunk by its strategy (chunk and select, summarize, truncate). The
-//!    injected total never exceeds the budget.
+//! 5. [`crate::fit`] fits them into the budget: whole when everything fits, else the
+//!    passages of all texts in one ranking against the message (and recent history).
+//!    The injected total never exceeds the budget.
 //!
 //! [`convert`]: crate::convert
 

@@ -8,7 +8,10 @@
 //!   that resource for the turn.
 //! - [`ResourceContextInjection`] (`resource_context_injection`): reads the attached
 //!   resources (static URIs or RFC 6570 templates, see [`uri_template`]), converts them
-//!   by MIME type ([`convert`]) and fits them into the token budget.
+//!   by MIME type ([`convert`]) and fits them into the token budget ([`fit`]): the
+//!   texts are cut into passages ([`passage`]), turned into terms ([`lexical`]),
+//!   indexed and ranked across all resources ([`index`], optionally [`retrieval`]), and
+//!   the best passages kept under their locators ([`excerpt`]).
 //! - [`ToolAssembly`] (`tool_assembly`): the bound servers' tools, namespaced, plus the
 //!   exploration tools `list_resources` and `read_resource`, and the [`BoundTools`]
 //!   executor that refuses servers not bound for the turn.

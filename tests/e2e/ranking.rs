@@ -634,7 +634,10 @@ servers = ["manuals"]
     let file = dir.path().join("questions.jsonl");
     std::fs::write(
         &file,
-        questions.iter().map(|q| format!("{q}\n")).collect::<String>(),
+        questions
+            .iter()
+            .map(|q| format!("{q}\n"))
+            .collect::<String>(),
     )
     .unwrap();
     let out = hostpipe_tests::hostpipe_command()
@@ -644,10 +647,19 @@ servers = ["manuals"]
         .arg(&file)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["pipeline"], "default");
-    for (b, budget) in report["budgets"].as_array().unwrap().iter().zip([200, 1000]) {
+    for (b, budget) in report["budgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip([200, 1000])
+    {
         assert_eq!(b["budget"], budget);
         assert_eq!(b["questions"], 3);
         assert_eq!(b["answered"], 2, "{b}");
@@ -678,5 +690,8 @@ servers = ["manuals"]
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.contains("questions.jsonl:1: missing field `answers`"), "{stderr}");
+    assert!(
+        stderr.contains("questions.jsonl:1: missing field `answers`"),
+        "{stderr}"
+    );
 }

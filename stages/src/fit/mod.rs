@@ -2,7 +2,7 @@
 //! "How resources are fitted").
 //!
 //! 1. When everything fits, everything goes in whole: nothing is cut.
-//! 2. Otherwise the texts are ranked in passages ([`walk`]): every text is cut along its
+//! 2. Otherwise the texts are ranked in passages (`fit/walk.rs`): every text is cut along its
 //!    structure ([`crate::passage`]), all passages of all texts are scored against the
 //!    query in one BM25 ranking ([`crate::index`]), optionally fused with dense
 //!    retrieval and reranked ([`crate::retrieval`]), and the budget goes to the best
@@ -12,7 +12,7 @@
 //! 3. What cannot be ranked shares the budget by [`crate::budget::allocate`] with the
 //!    ranked pool: images, notes and `whole` texts (whole or nothing), `summarize` and
 //!    `truncate` texts, and every text when the message has no terms to rank by
-//!    ([`shrink`]: summarize, then truncate).
+//!    (`fit/shrink.rs`: summarize, then truncate).
 //!
 //! The injected total never exceeds the budget, and for ranked texts a larger budget
 //! never loses a passage a smaller one kept (a property test below).
