@@ -323,12 +323,26 @@ pub async fn fit(
     };
     let mut needs: Vec<Need> = Vec::new();
     let mut need_of: Vec<Option<usize>> = vec![None; items.len()];
+    let mut fitted: Vec<Option<Fitted>> = (0..items.len()).map(|_| None).collect();
     let must_pool = pool_need(true).map(|n| {
         needs.push(n);
         needs.len() - 1
     });
     for (i, item) in items.iter().enumerate() {
         if is_ranked[i] {
+            continue;
+        }
+        // Summarize only what is relevant: a text to summarize that shares no term
+        // with the message gets no share of a budget too small for everything.
+        if let Converted::Text(t) = &item.converted
+            && item.strategy == Strategy::Summarize
+            && !item.must
+            && !q.is_empty()
+            && !mentions(t, hashes[i], item, &q, opts)
+        {
+            let mut f = Fitted::new(costs[i].0, costs[i].1);
+            f.reason = Some("nothing in it matched the message, so it was not summarized".into());
+            fitted[i] = Some(f);
             continue;
         }
         need_of[i] = Some(needs.len());
@@ -347,7 +361,6 @@ pub async fn fit(
     });
     let allowances = allocate(budget, &needs);
     // The items that are not ranked, with their allowances (summaries may call a model).
-    let mut fitted: Vec<Option<Fitted>> = (0..items.len()).map(|_| None).collect();
     let mut used = 0usize;
     for (i, item) in items.iter().enumerate() {
         let Some(n) = need_of[i] else { continue };
@@ -406,6 +419,21 @@ pub async fn fit(
         .map(|(f, &(cost, est))| f.unwrap_or_else(|| Fitted::new(cost, est)))
         .collect();
     outcome
+}
+
+/// Whether any term of `query` occurs in `text` (or in its resource's title or URI).
+fn mentions(text: &str, hash: u64, item: &Item, query: &Query, opts: &FitOptions) -> bool {
+    let kind = SplitKind::detect(item.mime_type.as_deref(), &item.source.uri);
+    let index = opts.caches.index(text, hash, kind, opts);
+    let fields = crate::index::field_terms(
+        &opts.analyzer,
+        item.source.name.as_deref(),
+        &item.source.uri,
+    );
+    query
+        .terms
+        .iter()
+        .any(|(t, _)| !index.postings(t).is_empty() || fields.contains(t))
 }
 
 /// The boost of a scope and an MCP priority, multiplying a passage's relevance: the

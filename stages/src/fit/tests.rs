@@ -291,6 +291,22 @@ fn a_resource_that_matches_nothing_is_left_out_not_summarized() {
 }
 
 #[test]
+fn only_relevant_texts_are_summarized() {
+    let mut zebra = text_item(0, filler("zebra", 20, 1));
+    zebra.strategy = Strategy::Summarize;
+    let mut travel = text_item(1, filler("travel", 20, 2));
+    travel.strategy = Strategy::Summarize;
+    let out = run(vec![zebra, travel], 300, "zebra", &[]);
+    assert_eq!(out.fitted[0].treatment, Treatment::Summarized);
+    assert_eq!(out.fitted[1].treatment, Treatment::Omitted);
+    assert_eq!(
+        out.fitted[1].reason.as_deref(),
+        Some("nothing in it matched the message, so it was not summarized")
+    );
+    assert!(total(&out) <= 300);
+}
+
+#[test]
 fn a_message_without_terms_falls_back_to_summaries_and_truncation() {
     let items = vec![
         text_item(0, filler("zebra", 20, 1)),

@@ -86,6 +86,36 @@ fn cost_with(
     cost
 }
 
+/// The order of the ranked pool.
+struct Order {
+    /// Passages of must resources: matching ones by score, then the others in document
+    /// order.
+    musts: Vec<Unit>,
+    /// Every other passage that matches, by score (or as retrieval reordered them).
+    rest: Vec<Unit>,
+    /// Each query term's weighted IDF (for best spans).
+    weights: Vec<f64>,
+}
+
+impl Order {
+    /// All units in walk order, with their rank (from 1).
+    fn ranked(&self) -> impl Iterator<Item = (usize, &Unit)> {
+        self.musts
+            .iter()
+            .chain(&self.rest)
+            .enumerate()
+            .map(|(r, u)| (r + 1, u))
+    }
+}
+
+/// What the walk kept.
+struct Walked {
+    state: Vec<State>,
+    used: usize,
+    /// Where each phase (musts, rest) stopped, if it ran out of room.
+    stopped_at: [Option<usize>; 2],
+}
+
 /// Runs the walk; returns each ranked item's result by item index.
 pub(super) async fn select(
     input: Input<'_>,
@@ -93,21 +123,28 @@ pub(super) async fn select(
     opts: &FitOptions,
     outcome: &mut FitOutcome,
 ) -> Vec<(usize, Fitted)> {
-    let Input {
-        items,
-        indexes,
-        costs,
-        query,
-        message,
-        must_cap,
-        total_cap,
-    } = input;
-    let text_of = |m: usize| -> &str {
-        match &items[indexes[m].0].converted {
-            Converted::Text(t) => t,
+    let texts: Vec<&str> = input
+        .indexes
+        .iter()
+        .map(|(i, _)| match &input.items[*i].converted {
+            Converted::Text(t) => t.as_str(),
             _ => "",
-        }
-    };
+        })
+        .collect();
+    let order = order(&input, &texts, opts, outcome).await;
+    let walked = walk(&input, &texts, &order, tk, opts);
+    results(&input, &texts, &order, walked, outcome)
+}
+
+/// The ranking: BM25 over all passages, boosted by scope and priority, musts first,
+/// then dense retrieval and reranking when configured.
+async fn order(
+    input: &Input<'_>,
+    texts: &[&str],
+    opts: &FitOptions,
+    outcome: &mut FitOutcome,
+) -> Order {
+    let (items, indexes) = (input.items, input.indexes);
     let fields: Vec<Vec<String>> = indexes
         .iter()
         .map(|(i, _)| {
@@ -123,22 +160,28 @@ pub(super) async fn select(
             field_terms: f,
         })
         .collect();
-    let (scores, weights) = rank(&inputs, query);
-    let mut units: Vec<Unit> = Vec::new();
-    for (m, (i, index)) in indexes.iter().enumerate() {
-        let item = &items[*i];
-        let b = boost(item.source.scope, item.priority);
-        for (p, &s) in scores[m]
-            .iter()
-            .enumerate()
-            .take(index.passages.passages.len())
-        {
-            if s > 0.0 || item.must {
-                units.push(Unit {
-                    member: m,
-                    passage: p,
-                    score: s * b,
-                });
+    let (scores, weights) = rank(&inputs, input.query);
+    let boost_of = |m: usize| {
+        let item = &items[indexes[m].0];
+        boost(item.source.scope, item.priority)
+    };
+    let is_must = |m: usize| items[indexes[m].0].must;
+    let mut musts = Vec::new();
+    let mut rest = Vec::new();
+    // Passages no query term matched: dense retrieval may still bring them in.
+    let mut unmatched = Vec::new();
+    for (m, s) in scores.iter().enumerate() {
+        let b = boost_of(m);
+        for (p, &x) in s.iter().enumerate() {
+            let unit = Unit {
+                member: m,
+                passage: p,
+                score: x * b,
+            };
+            match (is_must(m), x > 0.0) {
+                (true, _) => musts.push(unit),
+                (false, true) => rest.push(unit),
+                (false, false) => unmatched.push(unit),
             }
         }
     }
@@ -148,158 +191,162 @@ pub(super) async fn select(
             .then(a.member.cmp(&b.member))
             .then(a.passage.cmp(&b.passage))
     };
-    let (mut musts, mut rest): (Vec<Unit>, Vec<Unit>) = units
-        .into_iter()
-        .partition(|u| items[indexes[u.member].0].must);
     musts.sort_by(by_score);
     rest.sort_by(by_score);
     if let Some(retrieval) = &opts.retrieval {
-        // Passages no query term matched: dense retrieval may still bring them in.
-        let unmatched: Vec<Unit> = scores
-            .iter()
-            .enumerate()
-            .filter(|&(m, _)| !items[indexes[m].0].must)
-            .flat_map(|(m, s)| {
-                s.iter()
-                    .enumerate()
-                    .filter(|(_, x)| **x <= 0.0)
-                    .map(move |(p, _)| Unit {
-                        member: m,
-                        passage: p,
-                        score: 0.0,
-                    })
-            })
-            .collect();
-        let texts: Vec<&str> = (0..indexes.len()).map(text_of).collect();
-        let boost_of = |m: usize| {
-            let item = &items[indexes[m].0];
-            boost(item.source.scope, item.priority)
+        let pool = Pool {
+            indexes,
+            texts,
+            boost: &boost_of,
         };
         let done = retrieval
-            .reorder(
-                message,
-                &mut rest,
-                &unmatched,
-                &Pool {
-                    indexes,
-                    texts: &texts,
-                    boost: &boost_of,
-                },
-                &opts.caches,
-            )
+            .reorder(input.message, &mut rest, &unmatched, &pool, &opts.caches)
             .await;
         outcome.notes.extend(done.notes);
         outcome.warnings.extend(done.warnings);
     }
-    let matched = musts.iter().chain(&rest).filter(|u| u.score > 0.0).count();
+    Order {
+        musts,
+        rest,
+        weights,
+    }
+}
 
+/// Keeps passages in order while they fit; the first that does not fit keeps the
+/// sentences around its best match that fit, and its phase ends.
+fn walk(
+    input: &Input<'_>,
+    texts: &[&str],
+    order: &Order,
+    tk: &Tokenizer,
+    opts: &FitOptions,
+) -> Walked {
+    let indexes = input.indexes;
     // The query's terms and their weights, for finding a passage's best span.
-    let span_query: FxHashMap<&str, f64> = query
+    let span_query: FxHashMap<&str, f64> = input
+        .query
         .terms
         .iter()
-        .zip(&weights)
+        .zip(&order.weights)
         .map(|((t, _), w)| (t.as_str(), *w))
         .collect();
     let mut state: Vec<State> = (0..indexes.len()).map(|_| State::default()).collect();
     let mut used = 0usize;
-    let mut stopped_at: Option<usize> = None;
+    let mut stopped_at = [None, None];
+    let must_cap = input.must_cap.min(input.total_cap);
     let mut offset = 0usize;
-    let must_cap = must_cap.min(total_cap);
-    for (n, phase) in [&musts, &rest].into_iter().enumerate() {
+    for (n, phase) in [&order.musts, &order.rest].into_iter().enumerate() {
         // The musts take at most their allowance. When they stop short of it (the first
         // must passage that did not fit was cut at a sentence), the rest do not get the
         // difference: what the rest get must not shrink as the budget grows.
         let cap = match n {
             0 => must_cap,
-            _ if stopped_at.is_some() => total_cap - (must_cap - used.min(must_cap)),
-            _ => total_cap,
+            _ if stopped_at[0].is_some() => input.total_cap - (must_cap - used.min(must_cap)),
+            _ => input.total_cap,
         };
-        stopped_at = None;
         for (k, u) in phase.iter().enumerate() {
             let rank_no = offset + k + 1;
             let st = &mut state[u.member];
             if st.kept.len() >= opts.max_passages.max(1) {
                 continue;
             }
-            let text = text_of(u.member);
-            let index = &indexes[u.member].1;
+            let (text, index) = (texts[u.member], &indexes[u.member].1);
             let others = used - st.tokens;
-            let record = |kept: &Kept| {
-                let pa = &index.passages.passages[u.passage];
-                let (first_line, last_line) = match &kept.cut {
-                    None => (pa.first_line, pa.last_line),
-                    Some(span) => {
-                        let lines = |s: &str| u32::try_from(s.matches('\n').count()).unwrap_or(0);
-                        let first = pa.first_line + lines(&text[pa.range.start..span.start]);
-                        (first, first + lines(text[span.clone()].trim_end()))
-                    }
-                };
-                PassageRecord {
-                    rank: rank_no,
-                    score: (u.score * 1000.0).round() / 1000.0,
-                    first_line,
-                    last_line,
-                    heading: index.passages.path_text(text, u.passage),
-                    cut: kept.cut.is_some(),
-                }
-            };
             let whole = Kept {
                 passage: u.passage,
                 cut: None,
             };
             let cost = cost_with(st, &whole, text, index, tk, opts);
-            if others + cost <= cap {
-                st.records.push(record(&whole));
-                st.kept.push(whole);
-                used = others + cost;
-                st.tokens = cost;
-                continue;
-            }
-            // The first passage that does not fit whole: the sentences around its best
-            // match that fit, and the walk (of this phase) ends.
-            let range = index.passages.passages[u.passage].range.clone();
-            let spans = Spans::new(text, range, &opts.analyzer, &span_query);
-            let mut best: Option<(Kept, usize)> = None;
-            for step in 0..spans.steps() {
-                let cut = Kept {
-                    passage: u.passage,
-                    cut: Some(spans.span(step)),
-                };
-                let cost = cost_with(st, &cut, text, index, tk, opts);
-                if others + cost > cap {
-                    break;
+            let kept = if others + cost <= cap {
+                Some((whole, cost))
+            } else {
+                // The first passage that does not fit whole.
+                let range = index.passages.passages[u.passage].range.clone();
+                let spans = Spans::new(text, range, &opts.analyzer, &span_query);
+                let mut best: Option<(Kept, usize)> = None;
+                for step in 0..spans.steps() {
+                    let cut = Kept {
+                        passage: u.passage,
+                        cut: Some(spans.span(step)),
+                    };
+                    let cost = cost_with(st, &cut, text, index, tk, opts);
+                    if others + cost > cap {
+                        break;
+                    }
+                    best = Some((cut, cost));
                 }
-                best = Some((cut, cost));
-            }
-            if let Some((cut, cost)) = best {
-                st.records.push(record(&cut));
-                st.kept.push(cut);
+                stopped_at[n] = Some(rank_no);
+                best
+            };
+            if let Some((kept, cost)) = kept {
+                st.records.push(record(text, index, u, rank_no, &kept));
+                st.kept.push(kept);
                 used = others + cost;
                 st.tokens = cost;
             }
-            stopped_at = Some(rank_no);
-            break;
+            if stopped_at[n].is_some() {
+                break;
+            }
         }
         offset += phase.len();
     }
+    Walked {
+        state,
+        used,
+        stopped_at,
+    }
+}
 
-    // Results, with why each resource got what it got.
+/// The trace record of a kept passage (or of the part of it that was kept).
+fn record(text: &str, index: &DocIndex, u: &Unit, rank: usize, kept: &Kept) -> PassageRecord {
+    let pa = &index.passages.passages[u.passage];
+    let (first_line, last_line) = match &kept.cut {
+        None => (pa.first_line, pa.last_line),
+        Some(span) => {
+            let lines = |s: &str| u32::try_from(s.matches('\n').count()).unwrap_or(0);
+            let first = pa.first_line + lines(&text[pa.range.start..span.start]);
+            (first, first + lines(text[span.clone()].trim_end()))
+        }
+    };
+    PassageRecord {
+        rank,
+        score: (u.score * 1000.0).round() / 1000.0,
+        first_line,
+        last_line,
+        heading: index.passages.path_text(text, u.passage),
+        cut: kept.cut.is_some(),
+    }
+}
+
+/// Each ranked item's block and records, with why each resource got what it got, and
+/// the note that sums it up.
+fn results(
+    input: &Input<'_>,
+    texts: &[&str],
+    order: &Order,
+    walked: Walked,
+    outcome: &mut FitOutcome,
+) -> Vec<(usize, Fitted)> {
+    let (items, indexes) = (input.items, input.indexes);
+    let must_count = order.musts.len();
+    // Each resource's best rank: any passage of a must, a matching one otherwise.
     let mut best_rank: Vec<Option<usize>> = vec![None; indexes.len()];
-    for (r, u) in musts.iter().chain(&rest).enumerate() {
-        if u.score > 0.0 && best_rank[u.member].is_none() {
-            best_rank[u.member] = Some(r + 1);
+    for (r, u) in order.ranked() {
+        if (r <= must_count || u.score > 0.0) && best_rank[u.member].is_none() {
+            best_rank[u.member] = Some(r);
         }
     }
     let mut out = Vec::with_capacity(indexes.len());
     let (mut kept_passages, mut kept_resources, mut unmatched, mut below) = (0, 0, 0, 0);
-    for (m, st) in state.into_iter().enumerate() {
-        let (i, index) = (&indexes[m].0, &indexes[m].1);
-        let item = &items[*i];
-        let (cost, estimated) = costs[*i];
+    for (m, st) in walked.state.into_iter().enumerate() {
+        let (i, index) = (indexes[m].0, &indexes[m].1);
+        let item = &items[i];
+        let (cost, estimated) = input.costs[i];
         let mut f = Fitted::new(cost, estimated);
         let total = index.passages.passages.len();
         if st.kept.is_empty() {
-            f.reason = Some(match (best_rank[m], stopped_at) {
+            let phase = usize::from(!item.must);
+            f.reason = Some(match (best_rank[m], walked.stopped_at[phase]) {
                 (None, _) => {
                     unmatched += 1;
                     "no passage matched the message".to_owned()
@@ -309,64 +356,59 @@ pub(super) async fn select(
                     format!("its best passage ranked {r}; the budget ran out at rank {s}")
                 }
                 (Some(r), None) => {
+                    // Only a resource over `max_passages_per_resource` is skipped so.
                     below += 1;
-                    format!(
-                        "its best passage ranked {r}, after the most passages a resource may give"
-                    )
+                    format!("its best passage ranked {r}, and it was not reached")
                 }
             });
-            out.push((*i, f));
+            out.push((i, f));
             continue;
         }
         kept_resources += 1;
         kept_passages += st.kept.len();
-        let text = text_of(m);
-        let all_whole = st.kept.len() == total && st.kept.iter().all(|k| k.cut.is_none());
+        let text = texts[m];
         let mut records = st.records;
         records.sort_by_key(|r| (r.first_line, r.last_line));
-        match all_whole {
-            true => {
-                let n = st.tokens;
-                f.tokens_before = n;
-                f.estimated = false;
-                f.treatment = Treatment::Whole;
-                f.block = Some(text_block(item, text.to_owned(), Treatment::Whole, n, n));
-            }
-            false => {
-                let treatment = Treatment::Chunked {
-                    kept: st.kept.len(),
-                    total,
-                };
-                let rendered = render(text, index, &st.kept);
-                f.treatment = treatment.clone();
-                f.block = Some(text_block(item, rendered, treatment, cost, st.tokens));
-                if st.kept.len() < total {
-                    f.reason = Some(format!(
-                        "{} of {total} passages kept{}",
-                        st.kept.len(),
-                        if records.iter().any(|r| r.cut) {
-                            ", one of them cut to the sentences around its best match"
-                        } else {
-                            ""
-                        }
-                    ));
+        if st.kept.len() == total && st.kept.iter().all(|k| k.cut.is_none()) {
+            let n = st.tokens;
+            f.tokens_before = n;
+            f.estimated = false;
+            f.treatment = Treatment::Whole;
+            f.block = Some(text_block(item, text.to_owned(), Treatment::Whole, n, n));
+        } else {
+            let treatment = Treatment::Chunked {
+                kept: st.kept.len(),
+                total,
+            };
+            let rendered = render(text, index, &st.kept);
+            f.treatment = treatment.clone();
+            f.block = Some(text_block(item, rendered, treatment, cost, st.tokens));
+            f.reason = Some(format!(
+                "{} of {total} passages kept{}",
+                st.kept.len(),
+                if records.iter().any(|r| r.cut) {
+                    ", one of them cut to the sentences around its best match"
+                } else {
+                    ""
                 }
-            }
+            ));
         }
         f.passages = records;
-        out.push((*i, f));
+        out.push((i, f));
     }
     let resources = indexes.len();
     let passages: usize = indexes.iter().map(|(_, x)| x.passages.passages.len()).sum();
+    let matched = order.ranked().filter(|(_, u)| u.score > 0.0).count();
     let mut note = format!(
-        "ranked {} of {} against the message, {matched} of them matching; kept {} ({used} \
+        "ranked {} of {} against the message, {matched} of them matching; kept {} ({} \
          tokens) from {}",
         plural(passages, "passage"),
         plural(resources, "resource"),
         plural(kept_passages, "passage"),
+        walked.used,
         plural(kept_resources, "resource"),
     );
-    if let Some(s) = stopped_at {
+    if let Some(s) = walked.stopped_at[1].or(walked.stopped_at[0]) {
         note.push_str(&format!("; the budget ran out at rank {s}"));
     }
     if kept_resources < resources {
