@@ -21,7 +21,8 @@
 //! `history` (earlier user messages, oldest first) are optional.
 //!
 //! Matching is after [`normalize`]: case, runs of whitespace, markdown emphasis
-//! (`` ` ``, `*`, `_` at word edges), blockquote markers and curly quotes do not count.
+//! (`` ` ``, `*`, `_` at word edges), blockquote markers and curly quotes do not count;
+//! and it is by whole words ([`contains_answer`]): "50 EUR" is not in "150 EUR".
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -52,6 +53,9 @@ pub struct Question {
     /// Earlier user messages of the conversation, oldest first.
     #[serde(default)]
     pub history: Vec<String>,
+    /// Its line in the file (1-based).
+    #[serde(skip)]
+    pub line: usize,
 }
 
 /// A message-scope attachment of a question.
@@ -79,13 +83,16 @@ pub struct Attach {
 pub fn read_questions(path: &Path) -> anyhow::Result<Vec<Question>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the questions file {}", path.display()))?;
-    let mut out = Vec::new();
+    let mut out: Vec<Question> = Vec::new();
+    // A byte order mark (some editors write one) is not part of the first question.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         let at = || format!("{}:{}", path.display(), n + 1);
         let mut q: Question = serde_json::from_str(line).with_context(at)?;
+        q.line = n + 1;
         if q.question.trim().is_empty() {
             bail!("{}: `question` is empty", at());
         }
@@ -101,6 +108,14 @@ pub fn read_questions(path: &Path) -> anyhow::Result<Vec<Question>> {
             }
         }
         q.id.get_or_insert_with(|| format!("line {}", n + 1));
+        if let Some(other) = out.iter().find(|o| o.id == q.id) {
+            bail!(
+                "{}: id `{}` is also the id of line {}",
+                at(),
+                q.id.as_deref().unwrap_or_default(),
+                other.line
+            );
+        }
         out.push(q);
     }
     if out.is_empty() {
@@ -154,6 +169,27 @@ pub fn normalize(s: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
         .to_lowercase()
+}
+
+/// Whether normalized `context` holds normalized `answer` as whole words: where the
+/// answer starts (ends) with a letter or digit, the context has none just before (after)
+/// it, so "50 EUR" is not found in "150 EUR". CJK characters have no word boundaries to
+/// check.
+pub fn contains_answer(context: &str, answer: &str) -> bool {
+    if answer.is_empty() {
+        return false;
+    }
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() && !is_cjk(c));
+    let (first, last) = (answer.chars().next(), answer.chars().next_back());
+    context.match_indices(answer).any(|(at, _)| {
+        let before = context[..at].chars().next_back();
+        let after = context[at + answer.len()..].chars().next();
+        !(word(first) && word(before)) && !(word(last) && word(after))
+    })
+}
+
+fn is_cjk(c: char) -> bool {
+    hostpipe_stages::lexical::is_cjk(c)
 }
 
 /// What `hostpipe eval` measured at one budget.
@@ -249,8 +285,7 @@ async fn ask(pipeline: &Pipeline, q: &Question) -> (bool, usize, Option<String>)
             let hit = q
                 .answers
                 .iter()
-                .map(|a| normalize(a))
-                .any(|a| !a.is_empty() && context.contains(&a));
+                .any(|a| contains_answer(&context, &normalize(a)));
             (hit, request.context_tokens(), None)
         }
         Prepared::Ended(outcome) => (false, 0, Some(outcome.reply)),
@@ -324,6 +359,19 @@ mod tests {
     }
 
     #[test]
+    fn answers_match_whole_words() {
+        assert!(contains_answer("up to 150 eur per year", "150 eur"));
+        assert!(!contains_answer("up to 150 eur per year", "50 eur"));
+        assert!(!contains_answer(
+            "the agent may refund up to 150",
+            "refund up to 15"
+        ));
+        assert!(contains_answer("code: 4417.", "4417"));
+        assert!(contains_answer("计算属性会缓存。", "会缓存"));
+        assert!(!contains_answer("anything", ""));
+    }
+
+    #[test]
     fn a_bad_line_is_named() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
         let path = dir.path().join("q.jsonl");
@@ -349,6 +397,19 @@ mod tests {
         };
         assert!(
             format!("{e:#}").contains("q.jsonl:1: attach[0]: give exactly one"),
+            "{e:#}"
+        );
+        std::fs::write(
+            &path,
+            "\u{feff}{\"id\": \"a\", \"question\": \"a?\", \"answers\": [\"b\"]}\n\
+             {\"id\": \"a\", \"question\": \"c?\", \"answers\": [\"d\"]}\n",
+        )
+        .unwrap_or_else(|e| unreachable!("{e}"));
+        let Err(e) = read_questions(&path) else {
+            unreachable!("accepted")
+        };
+        assert!(
+            format!("{e:#}").contains("q.jsonl:2: id `a` is also the id of line 1"),
             "{e:#}"
         );
     }

@@ -723,11 +723,47 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             jobs,
             json,
         } => {
-            let questions = hostpipe_cli::eval::read_questions(&questions)?;
+            let path = questions;
+            let questions = hostpipe_cli::eval::read_questions(&path)?;
             if budgets.is_empty() || budgets.contains(&0) {
                 bail!("--budgets: give budgets in tokens (e.g. 1000,2000,4000), none of them 0");
             }
+            if jobs == 0 {
+                bail!("--jobs: at least 1");
+            }
             app.pipeline(&pipeline)?;
+            // A server that is not there would make every question a miss: measuring
+            // needs every server the questions and the pipeline read.
+            let servers = app.host.servers();
+            let mut needed: Vec<String> = app
+                .config
+                .bound_servers(&pipeline)
+                .unwrap_or_else(|| servers.iter().map(|s| s.name.clone()).collect());
+            for (q, line) in questions.iter().map(|q| (q, q.line)) {
+                for a in &q.attach {
+                    if !servers.iter().any(|s| s.name == a.server) {
+                        let known: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+                        bail!(
+                            "{}:{line}: attach: unknown MCP server `{}`; configured servers: {}",
+                            path.display(),
+                            a.server,
+                            known.join(", ")
+                        );
+                    }
+                    if !needed.contains(&a.server) {
+                        needed.push(a.server.clone());
+                    }
+                }
+            }
+            for s in servers.iter().filter(|s| needed.contains(&s.name)) {
+                if !s.status.is_connected() {
+                    bail!(
+                        "MCP server `{}` is not connected ({}): its resources would make every answer a miss",
+                        s.name,
+                        s.status.describe()
+                    );
+                }
+            }
             let registry = hostpipe_cli::registry()?;
             let mut pipelines = Vec::with_capacity(budgets.len());
             for budget in budgets {
@@ -745,9 +781,10 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 outln!(
-                    "pipeline `{}`, {} questions",
+                    "pipeline `{}`, {} question{}",
                     report.pipeline,
-                    questions.len()
+                    questions.len(),
+                    if questions.len() == 1 { "" } else { "s" }
                 );
                 out!("{}", report.table());
                 for b in &report.budgets {

@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use unicode_width::{UnicodeWidthChar as _, UnicodeWidthStr as _};
+
 use crate::render::treatment_label;
 use async_trait::async_trait;
 use hostpipe_core::{
@@ -145,7 +147,7 @@ impl PreviewReport {
         let width = self
             .reads
             .iter()
-            .map(|r| r.uri.chars().count())
+            .map(|r| r.uri.width())
             .max()
             .unwrap_or(0)
             .clamp(8, 48);
@@ -155,7 +157,8 @@ impl PreviewReport {
             "resource", "mime", "bytes", "treatment", "before", "after", "ms"
         );
         for r in &self.reads {
-            let uri: String = r.uri.chars().take(width).collect();
+            // Padded by display width: a CJK character takes two columns.
+            let uri = pad(&r.uri, width);
             let mime: String = r
                 .mime_type
                 .as_deref()
@@ -168,14 +171,14 @@ impl PreviewReport {
                 if r.tokens_estimated { "≈" } else { "" },
                 r.tokens_before
             );
-            let treatment = if r.error.is_some() && r.tokens_after == 0 {
-                "not included".to_owned()
-            } else {
-                treatment_label(&r.treatment)
+            let treatment = match (&r.error, r.tokens_after, &r.treatment) {
+                (Some(_), 0, _) => "not included".to_owned(),
+                (None, 0, Treatment::Omitted) => "left out".to_owned(),
+                _ => treatment_label(&r.treatment),
             };
             let _ = writeln!(
                 out,
-                "{uri:<width$}  {mime:<22}  {:>9}  {treatment:<22}  {before:>7}  {:>7}  {:>5}",
+                "{uri}  {mime:<22}  {:>9}  {treatment:<22}  {before:>7}  {:>7}  {:>5}",
                 r.bytes, r.tokens_after, r.elapsed_ms
             );
             if let Some(e) = &r.error {
@@ -212,6 +215,22 @@ impl PreviewReport {
         );
         out
     }
+}
+
+/// `s` cut or padded with spaces to `width` display columns (a CJK character takes two).
+fn pad(s: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > width {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    out.push_str(&" ".repeat(width - used));
+    out
 }
 
 fn first_line(s: &str) -> &str {

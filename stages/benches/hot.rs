@@ -90,6 +90,7 @@ fn options(caches: Arc<Caches>) -> FitOptions {
         passage_tokens: 384,
         min_block_tokens: 64,
         max_passages: 32,
+        history_messages: 2,
         history_weight: 0.3,
         summarizer: None,
         analyzer: Arc::new(Analyzer::new(Language::English)),
@@ -153,7 +154,7 @@ fn benches(c: &mut Criterion) {
             field_terms: &fields,
         })
         .collect();
-    let query = Query::new(&analyzer, message, &[], 0.3);
+    let query = Query::new(&analyzer, message, &[], 2, 0.3);
     c.bench_function("rank_16x256k", |b| {
         b.iter(|| rank(black_box(&inputs), &query))
     });

@@ -27,6 +27,9 @@ pub struct Need {
     pub min_useful: usize,
     /// Scope rank (higher is narrower: message > conversation > pipeline).
     pub tier: u8,
+    /// What a must-include block at a wider scope leaves it, at most its cost: the
+    /// useful minimum of an attachment the user made more narrowly.
+    pub reserve: usize,
 }
 
 fn water_fill(out: &mut [usize], needs: &[Need], indices: &[usize], left: &mut usize) {
@@ -50,7 +53,7 @@ pub fn allocate(budget: usize, needs: &[Need]) -> Vec<usize> {
     let reserve: usize = needs
         .iter()
         .filter(|n| !n.must && lowest_must.is_some_and(|t| n.tier > t))
-        .map(|n| n.cost.min(n.min_useful))
+        .map(|n| n.cost.min(n.reserve))
         .sum::<usize>()
         .min(budget);
     let mut left = budget - reserve;
@@ -102,6 +105,7 @@ mod tests {
             shrinkable: true,
             min_useful: 64,
             tier: 0,
+            reserve: 64,
         }
     }
 
@@ -157,7 +161,7 @@ mod tests {
         ) {
             let needs: Vec<Need> = needs
                 .into_iter()
-                .map(|(cost, must, shrinkable, min_useful, tier)| Need { cost, must, shrinkable, min_useful, tier })
+                .map(|(cost, must, shrinkable, min_useful, tier)| Need { cost, must, shrinkable, min_useful, tier, reserve: min_useful })
                 .collect();
             let out = allocate(budget, &needs);
             prop_assert!(out.iter().sum::<usize>() <= budget);

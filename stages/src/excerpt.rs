@@ -19,10 +19,14 @@ use std::fmt::Write as _;
 use std::ops::Range;
 
 use rustc_hash::FxHashMap;
-use unicode_segmentation::UnicodeSegmentation as _;
 
 use crate::index::DocIndex;
 use crate::lexical::{Analyzer, Token, scan};
+use crate::passage::{sentences, split_long};
+
+/// Longest unit a passage is cut into for an excerpt, in estimated tokens: a longer
+/// sentence or line is cut into pieces this size.
+const MAX_UNIT_TOKENS: usize = 64;
 
 /// The sentences (or lines) of one passage and the order they are added in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,26 +84,22 @@ impl Spans {
             }
         }
         lines.extend(para.take());
-        // Long paragraphs are cut into sentences (UAX #29 sentence boundaries, which
-        // know `。！？` as well as `.!?`).
+        // Long paragraphs are cut into sentences, and any unit longer than
+        // `MAX_UNIT_TOKENS` into pieces, so that some of a passage fits a small room.
         let mut split: Vec<Range<usize>> = Vec::with_capacity(lines.len());
         for u in lines {
             let s = &text[u.clone()];
-            if s.len() < 160 || s.trim_start().starts_with(['|', '`']) {
-                split.push(u);
+            if s.trim_start().starts_with(['|', '`']) || s.len() < 160 {
+                split.extend(split_long(text, u, MAX_UNIT_TOKENS));
                 continue;
             }
-            // UAX #29 ends a sentence at every line break; a paragraph wrapped at 80
-            // columns is one run of sentences, so its line breaks are read as spaces
-            // (one byte for one byte: the offsets stay those of the text).
-            let unwrapped = s.trim_end_matches('\n').replace('\n', " ");
-            for (o, sentence) in unwrapped.split_sentence_bound_indices() {
-                split.push(u.start + o..u.start + o + sentence.len());
-            }
+            let body = s.trim_end_matches('\n').len();
+            let mut sentences = sentences(text, u.start..u.start + body, MAX_UNIT_TOKENS);
             // The paragraph's trailing newlines go with its last sentence.
-            if let Some(last) = split.last_mut() {
+            if let Some(last) = sentences.last_mut() {
                 last.end = u.end;
             }
+            split.extend(sentences);
         }
         let units: Vec<Range<usize>> = split.into_iter().filter(|u| !u.is_empty()).collect();
         let mut best = 0;

@@ -202,16 +202,29 @@ pub struct Query {
 
 impl Query {
     /// The query of a turn: the terms of `message` (weight 1), then those of `history`
-    /// (most recent first) not already in it, each at `history_weight`.
-    pub fn new(analyzer: &Analyzer, message: &str, history: &[&str], history_weight: f64) -> Self {
+    /// (most recent first) not already in it, each at `history_weight`. Only history
+    /// messages that have terms count, at most `history_messages` of them: "thanks" or
+    /// "ok" between a question and its follow-up do not push the question out.
+    pub fn new(
+        analyzer: &Analyzer,
+        message: &str,
+        history: &[&str],
+        history_messages: usize,
+        history_weight: f64,
+    ) -> Self {
         let mut terms: Vec<(String, f64)> = analyzer
             .query_terms(message)
             .into_iter()
             .map(|t| (t, 1.0))
             .collect();
         if history_weight > 0.0 {
-            for h in history {
-                for t in analyzer.query_terms(h) {
+            let with_terms = history
+                .iter()
+                .map(|h| analyzer.query_terms(h))
+                .filter(|t| !t.is_empty())
+                .take(history_messages);
+            for h in with_terms {
+                for t in h {
                     if !terms.iter().any(|(o, _)| *o == t) {
                         terms.push((t, history_weight));
                     }
@@ -392,6 +405,7 @@ mod tests {
             &a,
             "How long does the cache request wait before a timeout?",
             &[],
+            2,
             0.3,
         );
         let f: Vec<String> = Vec::new();
@@ -416,10 +430,17 @@ mod tests {
     #[test]
     fn history_terms_weigh_less_than_the_message() {
         let a = Analyzer::new(Language::English);
+        // Most recent first: "ok" and "thanks!" have no terms and do not count.
         let q = Query::new(
             &a,
             "and its timeout?",
-            &["How is the cache configured?"],
+            &[
+                "ok",
+                "thanks!",
+                "How is the cache configured?",
+                "What is a zebra?",
+            ],
+            1,
             0.3,
         );
         assert_eq!(
@@ -452,7 +473,7 @@ mod tests {
                     field_terms: &none,
                 },
             ],
-            &Query::new(&a, "workspaces", &[], 0.0),
+            &Query::new(&a, "workspaces", &[], 0, 0.0),
         );
         assert!(
             scores[0].iter().all(|s| *s > 0.0) && scores[1][0] == 0.0,

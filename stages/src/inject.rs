@@ -80,9 +80,10 @@ pub struct InjectConfig {
     /// Largest passage a text is cut into for ranking, in tokens (estimated from bytes,
     /// see docs/configuration.md, "How resources are fitted"): a section larger than
     /// this is cut at block, then sentence boundaries. Passages are the same at every
-    /// budget. Default 384. (`chunk_tokens` is accepted as the old name.)
-    #[serde(alias = "chunk_tokens")]
-    pub passage_tokens: usize,
+    /// budget. Default 384.
+    pub passage_tokens: Option<usize>,
+    /// The old name of `passage_tokens` (before passages were cut from structure).
+    pub chunk_tokens: Option<usize>,
     /// Below this many tokens a summary or truncation is not worth sending: lower-ranked
     /// texts are left out instead of cut to scraps. Default 64.
     pub min_block_tokens: usize,
@@ -91,7 +92,8 @@ pub struct InjectConfig {
     /// bigrams whatever the language. Default `english`.
     pub language: Language,
     /// How many recent user messages of the history join the query (for follow-ups
-    /// such as "and its timeout?"). Default 2; 0 ranks by the message alone.
+    /// such as "and its timeout?"); messages without terms ("thanks", "ok") do not count
+    /// (among the last 10). Default 2; 0 ranks by the message alone.
     pub history_messages: usize,
     /// Weight of a history term against a message term (1). Default 0.3.
     pub history_weight: f64,
@@ -120,10 +122,10 @@ pub struct InjectConfig {
     pub mime_deny: Vec<String>,
     /// Largest image decoded, in pixels (width × height). Default 40 000 000.
     pub max_image_pixels: u64,
-    /// Most passages kept from one resource. Default 32. (`max_chunks_per_resource` is
-    /// accepted as the old name.)
-    #[serde(alias = "max_chunks_per_resource")]
-    pub max_passages_per_resource: usize,
+    /// Most passages kept from one resource. Default 32.
+    pub max_passages_per_resource: Option<usize>,
+    /// The old name of `max_passages_per_resource`.
+    pub max_chunks_per_resource: Option<usize>,
     /// Pipeline-scope attachments.
     pub attachments: Vec<AttachmentConfig>,
 }
@@ -135,7 +137,8 @@ impl Default for InjectConfig {
             budget_share: None,
             strategy: Strategy::Auto,
             truncate: TruncationSide::Head,
-            passage_tokens: 384,
+            passage_tokens: None,
+            chunk_tokens: None,
             min_block_tokens: 64,
             language: Language::English,
             history_messages: 2,
@@ -150,7 +153,8 @@ impl Default for InjectConfig {
             mime_allow: Vec::new(),
             mime_deny: Vec::new(),
             max_image_pixels: ConvertLimits::default().max_image_pixels,
-            max_passages_per_resource: 32,
+            max_passages_per_resource: None,
+            max_chunks_per_resource: None,
             attachments: Vec::new(),
         }
     }
@@ -178,6 +182,9 @@ impl InjectConfig {
     }
 }
 
+/// How many recent user messages are looked at for the `history_messages` with terms.
+const HISTORY_LOOKBACK: usize = 10;
+
 /// What a configured attachment adds to its target.
 #[derive(Debug, Clone, Copy, Default)]
 struct Options {
@@ -197,6 +204,12 @@ pub struct ResourceContextInjection {
 impl ResourceContextInjection {
     /// The name this stage is registered under.
     pub const NAME: &'static str = "resource_context_injection";
+
+    /// The default `passage_tokens`.
+    pub const PASSAGE_TOKENS: usize = 384;
+
+    /// The default `max_passages_per_resource`.
+    pub const MAX_PASSAGES: usize = 32;
 
     /// Checks `config` against the configured servers.
     ///
@@ -224,11 +237,42 @@ impl ResourceContextInjection {
                 ));
             }
         }
-        if config.passage_tokens < 16 {
+        fn renamed(
+            new: &'static str,
+            value: Option<usize>,
+            old: &'static str,
+            old_value: Option<usize>,
+        ) -> Result<(Option<usize>, &'static str), ConfigError> {
+            match (value, old_value) {
+                (Some(_), Some(_)) => Err(ConfigError::new(
+                    old,
+                    format!("`{old}` is the old name of `{new}`: give `{new}` only"),
+                )),
+                (v, o) => Ok((v.or(o), if o.is_some() { old } else { new })),
+            }
+        }
+        let (passage_tokens, key) = renamed(
+            "passage_tokens",
+            config.passage_tokens,
+            "chunk_tokens",
+            config.chunk_tokens,
+        )?;
+        let passage_tokens = passage_tokens.unwrap_or(Self::PASSAGE_TOKENS);
+        if passage_tokens < 16 {
             return Err(ConfigError::new(
-                "passage_tokens",
-                format!("{} is too small: at least 16", config.passage_tokens),
+                key,
+                format!("{passage_tokens} is too small: at least 16"),
             ));
+        }
+        let (max_passages, key) = renamed(
+            "max_passages_per_resource",
+            config.max_passages_per_resource,
+            "max_chunks_per_resource",
+            config.max_chunks_per_resource,
+        )?;
+        let max_passages = max_passages.unwrap_or(Self::MAX_PASSAGES);
+        if max_passages == 0 {
+            return Err(ConfigError::new(key, "must be at least 1"));
         }
         if !(config.history_weight.is_finite() && (0.0..=1.0).contains(&config.history_weight)) {
             return Err(ConfigError::new(
@@ -358,9 +402,10 @@ impl ResourceContextInjection {
         });
         let fit = FitOptions {
             truncate: config.truncate,
-            passage_tokens: config.passage_tokens,
+            passage_tokens,
             min_block_tokens: config.min_block_tokens,
-            max_passages: config.max_passages_per_resource,
+            max_passages,
+            history_messages: config.history_messages,
             history_weight: config.history_weight,
             summarizer,
             analyzer: Arc::new(Analyzer::new(config.language)),
@@ -1037,7 +1082,7 @@ impl Stage for ResourceContextInjection {
             .iter()
             .rev()
             .filter(|m| m.role == Role::User)
-            .take(self.config.history_messages)
+            .take(HISTORY_LOOKBACK)
             .map(|m| m.text.as_str())
             .collect();
         let query = FitQuery {

@@ -121,9 +121,10 @@ impl Language {
 }
 
 /// English words that phrase a question rather than name its subject ("How **may** I
-/// **get** …", "Is there **any way** to …"), added to NLTK's list for English. They
-/// match almost every passage of a technical document, so counting them only adds
-/// noise to the ranking.
+/// **get** …", "Is there **any way** to …"), quantifiers and conjunctions NLTK's list
+/// lacks, and the acknowledgements of a chat ("ok", "thanks"), added to NLTK's list for
+/// English. They match almost every passage of a technical document, so counting them
+/// only adds noise to the ranking.
 pub const QUESTION_WORDS: &[&str] = &[
     "may",
     "might",
@@ -180,6 +181,17 @@ pub const QUESTION_WORDS: &[&str] = &[
     "upon",
     "onto",
     "cannot",
+    "ok",
+    "okay",
+    "thanks",
+    "thank",
+    "yes",
+    "sure",
+    "great",
+    "hi",
+    "hello",
+    "hey",
+    "cool",
 ];
 
 /// Chinese function words, dropped from queries: particles, pronouns, interrogatives,

@@ -12,7 +12,8 @@
 //!   a block larger than that is cut at sentence boundaries (prose) or line boundaries
 //!   (code, lists, tables). A section too small to stand alone (under an eighth of the
 //!   passage size) is kept with the subsection that follows it. Each passage knows its
-//!   heading path (`Configuration > [build] > jobs`).
+//!   heading path (`Configuration > [build] > jobs`). A text under half the passage
+//!   size is one passage.
 //! - **Source code** (Rust, Python, JavaScript) is cut along its syntax tree by
 //!   text-splitter's `CodeSplitter`.
 //! - **Plain text** is read like markdown without headings or code fences.
@@ -167,6 +168,20 @@ pub fn split(text: &str, kind: SplitKind, passage_tokens: usize) -> Passages {
         SplitKind::Python => code(text, target, tree_sitter_python::LANGUAGE),
         SplitKind::JavaScript => code(text, target, tree_sitter_javascript::LANGUAGE),
     };
+    // A text under half a passage is one passage: it is kept whole or not at all.
+    if out.passages.len() > 1 && estimate_tokens(text) <= target / 2 {
+        let first = &out.passages[0];
+        let last = &out.passages[out.passages.len() - 1];
+        let one = Passage {
+            range: first.range.start..last.range.end,
+            first_line: 0,
+            last_line: 0,
+            path: first.path.clone(),
+            blocks: first.blocks.start..last.blocks.end,
+            estimated_tokens: u32::try_from(estimate_tokens(text)).unwrap_or(u32::MAX),
+        };
+        out.passages = vec![one];
+    }
     number_lines(text, &mut out);
     out
 }
@@ -434,11 +449,10 @@ fn cut_block(
                 *at += l.len();
                 Some(r)
             })
+            .flat_map(|r| split_long(text, r, target))
             .collect()
     } else {
-        body.split_sentence_bound_indices()
-            .map(|(o, s)| range.start + o..range.start + o + s.len())
-            .collect()
+        sentences(text, range.clone(), target)
     };
     let mut out: Vec<Range<usize>> = Vec::new();
     // Estimates are summed unrounded, so that a piece's estimate as a whole is never
@@ -470,6 +484,68 @@ fn cut_block(
         }
     }
     out.extend(cur.map(|(r, _)| r));
+    out
+}
+
+/// The sentences of `text[range]` by UAX #29 (which knows `。！？` as well as `.!?`),
+/// each at most `max_tokens` estimated tokens (a longer one is cut by [`split_long`]).
+/// UAX #29 ends a sentence at every line break; a paragraph wrapped at 80 columns is one
+/// run of sentences, so its line breaks are read as spaces (one byte for one byte: the
+/// offsets stay those of the text). The units tile the range.
+pub fn sentences(text: &str, range: Range<usize>, max_tokens: usize) -> Vec<Range<usize>> {
+    let unwrapped = text[range.clone()].replace('\n', " ");
+    unwrapped
+        .split_sentence_bound_indices()
+        .map(|(o, s)| range.start + o..range.start + o + s.len())
+        .flat_map(|r| split_long(text, r, max_tokens))
+        .collect()
+}
+
+/// `text[range]` cut into pieces of at most `max_tokens` estimated tokens: after the last
+/// whitespace or punctuation (`,;)]}>` and CJK `，、；。`) before the limit when one is in
+/// the second half of the piece, else at the character where the limit is reached. A
+/// line of minified JSON or a paragraph without sentence ends is thus still cut into
+/// passages a budget can take.
+pub fn split_long(text: &str, range: Range<usize>, max_tokens: usize) -> Vec<Range<usize>> {
+    let max = max_tokens.max(1) as f64;
+    if estimate_tokens(&text[range.clone()]) as f64 <= max {
+        return vec![range];
+    }
+    let mut out = Vec::new();
+    let mut start = range.start;
+    let mut tokens = 0.0;
+    // The last break: (offset after it, tokens up to it).
+    let mut last_break: Option<(usize, f64)> = None;
+    for (i, c) in text[range.clone()].char_indices() {
+        let at = range.start + i;
+        let t = if c.is_ascii() {
+            0.25
+        } else {
+            c.len_utf8() as f64 / 3.0
+        };
+        if tokens + t > max && at > start {
+            let cut = match last_break {
+                Some((b, bt)) if bt >= max / 2.0 => (b, tokens - bt),
+                _ => (at, 0.0),
+            };
+            out.push(start..cut.0);
+            start = cut.0;
+            tokens = cut.1;
+            last_break = None;
+        }
+        tokens += t;
+        if c.is_whitespace()
+            || matches!(
+                c,
+                ',' | ';' | ')' | ']' | '}' | '>' | '，' | '、' | '；' | '。'
+            )
+        {
+            last_break = Some((at + c.len_utf8(), tokens));
+        }
+    }
+    if start < range.end {
+        out.push(start..range.end);
+    }
     out
 }
 
@@ -772,6 +848,37 @@ mod tests {
         let p = split(text, SplitKind::Markdown, 512);
         assert_eq!(p.headings.len(), 1);
         assert_eq!(p.blocks.last().map(|b| b.1), Some(BlockKind::Code));
+    }
+
+    #[test]
+    fn a_line_without_sentence_ends_is_still_cut_into_passages() {
+        let mut json = String::from("{\"items\":[");
+        for i in 0..4000 {
+            let _ = write!(
+                json,
+                "{{\"id\":{i},\"name\":\"item {i}\",\"tags\":[\"a\",\"b\"]}},"
+            );
+        }
+        json.push_str("{}]}");
+        let p = split(&json, SplitKind::Plain, 128);
+        assert!(p.passages.len() > 100, "{}", p.passages.len());
+        for x in &p.passages {
+            assert!(estimate_tokens(&json[x.range.clone()]) <= 128 + 128 / 8);
+            // Cut after a comma, a brace or a space, not inside a word.
+            let end = json[..x.range.end].chars().next_back();
+            assert!(
+                x.range.end == json.len() || matches!(end, Some(',' | '}' | ']' | ' ')),
+                "{end:?}"
+            );
+        }
+        let words = "lowercase words with no end ".repeat(8000);
+        let p = split(&words, SplitKind::Markdown, 128);
+        assert!(p.passages.len() > 100);
+        assert!(
+            p.passages
+                .iter()
+                .all(|x| words[..x.range.end].ends_with(' ') || x.range.end == words.len())
+        );
     }
 
     #[test]

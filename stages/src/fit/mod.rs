@@ -68,6 +68,8 @@ pub struct FitOptions {
     pub min_block_tokens: usize,
     /// Most passages kept from one text.
     pub max_passages: usize,
+    /// How many recent history messages with terms join the query.
+    pub history_messages: usize,
     /// Weight of a term that is only in the recent history (the message's weigh 1).
     pub history_weight: f64,
     /// The summarizer, if summaries are allowed.
@@ -223,8 +225,9 @@ impl Fitted {
 pub struct FitQuery<'a> {
     /// The user's message.
     pub message: &'a str,
-    /// Recent earlier messages of the conversation, most recent first (follow-up
-    /// questions: "and its timeout?").
+    /// Recent earlier user messages of the conversation, most recent first (follow-up
+    /// questions: "and its timeout?"); the first `history_messages` that have terms
+    /// join the query.
     pub history: &'a [&'a str],
 }
 
@@ -301,6 +304,7 @@ pub async fn fit(
         &opts.analyzer,
         query.message,
         query.history,
+        opts.history_messages,
         opts.history_weight,
     );
     // 2. What cannot be ranked shares the budget with the ranked pool (musts apart).
@@ -309,8 +313,9 @@ pub async fn fit(
         let members: Vec<usize> = (0..items.len())
             .filter(|&i| is_ranked[i] && items[i].must == must)
             .collect();
+        let cost: usize = members.iter().map(|&i| costs[i].0).sum();
         (!members.is_empty()).then(|| Need {
-            cost: members.iter().map(|&i| costs[i].0).sum(),
+            cost,
             must,
             shrinkable: true,
             min_useful: opts.min_block_tokens,
@@ -319,6 +324,12 @@ pub async fn fit(
                 .map(|&i| items[i].source.scope as u8)
                 .max()
                 .unwrap_or(0),
+            // A must at a wider scope leaves the passages of a narrower attachment room
+            // for one passage (at most half the budget).
+            reserve: opts
+                .passage_tokens
+                .min(budget / 2)
+                .max(opts.min_block_tokens),
         })
     };
     let mut needs: Vec<Need> = Vec::new();
@@ -353,6 +364,7 @@ pub async fn fit(
                 && item.strategy != Strategy::Whole,
             min_useful: opts.min_block_tokens,
             tier: item.source.scope as u8,
+            reserve: opts.min_block_tokens,
         });
     }
     let rest_pool = pool_need(false).map(|n| {

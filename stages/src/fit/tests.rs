@@ -31,6 +31,7 @@ fn opts() -> FitOptions {
         passage_tokens: 96,
         max_passages: usize::MAX,
         min_block_tokens: 16,
+        history_messages: 2,
         history_weight: 0.3,
         summarizer: Some(Arc::new(ExtractiveSummarizer)),
         analyzer: Arc::new(Analyzer::new(Language::English)),
@@ -227,6 +228,40 @@ fn a_must_resource_comes_first_and_scope_breaks_near_ties() {
 }
 
 #[test]
+fn a_small_must_goes_in_whole_and_a_large_one_leaves_room_for_the_message() {
+    let mut faq = text_item(
+        0,
+        "# FAQ\n\n## What is Quokka?\n\nA queue.\n\n## Who runs it?\n\nOps.\n".into(),
+    );
+    faq.must = true;
+    let mut ops = text_item(1, filler("operations", 40, 1));
+    ops.must = true;
+    let mut handbook = text_item(2, filler("travel", 30, 2));
+    handbook.source.scope = Scope::Message;
+    if let Converted::Text(t) = &mut handbook.converted {
+        t.push_str("## Cache timeout\n\nThe cache timeout is 250 milliseconds.\n");
+    }
+    let out = run(
+        vec![faq, ops, handbook],
+        300,
+        "What is the cache timeout?",
+        &[],
+    );
+    assert_eq!(
+        out.fitted[0].treatment,
+        Treatment::Whole,
+        "the small must, whole"
+    );
+    assert!(out.fitted[1].block.is_some(), "the large must, in part");
+    let ctx = context(&out);
+    assert!(
+        ctx.contains("The cache timeout is 250 milliseconds."),
+        "{ctx}"
+    );
+    assert!(total(&out) <= 300);
+}
+
+#[test]
 fn chinese_questions_find_chinese_passages() {
     let mut doc = String::from("# 指南\n\n本文介绍组件的用法。\n\n");
     for k in 0..40 {
@@ -359,6 +394,27 @@ fn a_passage_that_does_not_fit_keeps_the_sentences_around_its_best_match() {
     assert!(!ctx.contains("Sentence 0 "), "not the head: {ctx}");
     assert!(out.fitted[0].passages.iter().any(|p| p.cut));
     assert!(ctx.contains(", excerpt · Guide > Parking]"), "{ctx}");
+}
+
+#[test]
+fn a_one_line_document_still_gives_its_answer() {
+    let mut line = "alpha beta gamma delta epsilon zeta eta theta iota kappa ".repeat(2000);
+    line.push_str("the launch code is 7731 ");
+    line.push_str(&"lambda mu nu xi omicron pi rho sigma tau upsilon ".repeat(2000));
+    let items = vec![
+        Item {
+            mime_type: Some("text/plain".into()),
+            ..text_item(0, line)
+        },
+        text_item(1, filler("travel", 20, 2)),
+    ];
+    let out = run(items, 120, "What is the launch code?", &[]);
+    assert!(
+        context(&out).contains("launch code is 7731"),
+        "{}",
+        context(&out)
+    );
+    assert!(total(&out) <= 120);
 }
 
 #[test]

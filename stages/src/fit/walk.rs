@@ -1,8 +1,9 @@
 //! The ranked pool: all passages of all ranked texts in one order, and the walk that
 //! fills the budget from it.
 //!
-//! The order: passages of must resources first (best match first, then the unmatched
-//! ones in document order), then every other passage that matches the query, by score
+//! The order: passages of must resources first (the musts take turns, each its best
+//! match first, then its unmatched passages in document order), then every other
+//! passage that matches the query, by score
 //! (BM25 × [`super::boost`]), ties broken by the resources' rank and the passage's
 //! position. The walk keeps passages in that order while they fit (each resource's block
 //! is re-rendered and counted exactly, so merged passages and locator lines are paid
@@ -193,6 +194,19 @@ async fn order(
     };
     musts.sort_by(by_score);
     rest.sort_by(by_score);
+    // Several must resources take turns, each its best passage first: every one of them
+    // gets something before any gets a second passage.
+    let mut turn = vec![0usize; indexes.len()];
+    let mut keyed: Vec<((usize, usize), Unit)> = musts
+        .into_iter()
+        .map(|u| {
+            let k = turn[u.member];
+            turn[u.member] += 1;
+            ((k, indexes[u.member].0), u)
+        })
+        .collect();
+    keyed.sort_by_key(|(key, _)| *key);
+    let musts: Vec<Unit> = keyed.into_iter().map(|(_, u)| u).collect();
     if let Some(retrieval) = &opts.retrieval {
         let pool = Pool {
             indexes,
