@@ -184,7 +184,9 @@ pub fn contains_answer(context: &str, answer: &str) -> bool {
     context.match_indices(answer).any(|(at, _)| {
         let before = context[..at].chars().next_back();
         let after = context[at + answer.len()..].chars().next();
-        !(word(first) && word(before)) && !(word(last) && word(after))
+        let cut_word_start = word(first) && word(before);
+        let cut_word_end = word(last) && word(after);
+        !(cut_word_start || cut_word_end)
     })
 }
 
