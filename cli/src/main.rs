@@ -101,6 +101,10 @@ enum Command {
         /// Attach a resource for this message (repeatable).
         #[arg(long = "attach", num_args = 2, value_names = ["SERVER", "URI"])]
         attach: Vec<String>,
+        /// An earlier user message of the conversation (repeatable, oldest first): a
+        /// follow-up ("and its timeout?") is ranked with the recent ones.
+        #[arg(long = "history", value_name = "TEXT")]
+        history: Vec<String>,
         /// Print one JSON document: reply, preview, trace.
         #[arg(long)]
         json: bool,
@@ -629,6 +633,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             conversation,
             vars,
             attach,
+            history,
             json,
             ..
         } => {
@@ -670,6 +675,13 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             turn.attachments = attach
                 .chunks(2)
                 .map(|c| Attachment::message_uri(&c[0], &c[1]))
+                .collect();
+            turn.history = history
+                .into_iter()
+                .map(|text| hostpipe_core::HistoryMessage {
+                    role: hostpipe_core::Role::User,
+                    text,
+                })
                 .collect();
             let outcome = p.run_turn(turn).await;
             if json {

@@ -117,7 +117,7 @@ impl Spans {
             };
             scan(&text[u.clone()], true, &mut |tok, _| match tok {
                 Token::Word(w) => analyzer.word_terms(w, &mut visit),
-                Token::Cjk(run) => Analyzer::cjk_terms(run, &mut visit),
+                Token::Cjk(run) => Analyzer::cjk_index_terms(run, &mut visit),
             });
             if score > best_score {
                 best_score = score;

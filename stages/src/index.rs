@@ -162,7 +162,7 @@ impl DocIndex {
                     memo_parts.insert(w, ids);
                 }
             }
-            Token::Cjk(run) => Analyzer::cjk_terms(run, &mut |t| out.push(self.intern(t))),
+            Token::Cjk(run) => Analyzer::cjk_index_terms(run, &mut |t| out.push(self.intern(t))),
         });
     }
 

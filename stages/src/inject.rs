@@ -398,6 +398,7 @@ impl ResourceContextInjection {
                 reranker,
                 rerank_top: config.rerank_top,
                 max_embedded: config.max_embedded_passages,
+                failed_at: Default::default(),
             })
         });
         let fit = FitOptions {

@@ -13,7 +13,8 @@
 //!   gives its overlapping character bigrams (Lucene's `CJKBigramFilter` rule, the
 //!   classic baseline for Chinese retrieval; measured against word segmentation in
 //!   `docs/benchmarks.md`), and a lone character gives itself. Documents index every
-//!   bigram; a query first drops the Chinese function words it contains
+//!   bigram and every character (`outputUnigrams`, so that a one-character word of a
+//!   question, 装 or 包, can match); a query first drops the Chinese function words it contains
 //!   ([`CHINESE_STOP_WORDS`]: 什么, 怎么, 的, …), so it asks only for the bigrams of its
 //!   content.
 //! - **Markup** is skipped when `markup` is set (prose in markdown): HTML and component
@@ -196,7 +197,7 @@ pub const QUESTION_WORDS: &[&str] = &[
 
 /// Chinese function words, dropped from queries: particles, pronouns, interrogatives,
 /// the copula and common auxiliaries, conjunctions, prepositions and degree adverbs
-/// (the closed word classes of Mandarin grammar). NLTK's Chinese list is not used: it
+/// (the closed word classes of Mandarin grammar), and a chat's greetings and courtesies. NLTK's Chinese list is not used: it
 /// also holds content words of technical text (安全 "security", 数据 "data", 基本
 /// "basic"), which a question about them must be able to match.
 pub const CHINESE_STOP_WORDS: &[&str] = &[
@@ -333,6 +334,14 @@ pub const CHINESE_STOP_WORDS: &[&str] = &[
     "一个",
     "一些",
     "一下",
+    // Greetings and courtesies of a chat.
+    "你好",
+    "您好",
+    "谢谢",
+    "好的",
+    "请",
+    "请问",
+    "嗯",
 ];
 
 /// Chinese, Japanese and Korean characters: written without spaces between words.
@@ -449,6 +458,17 @@ impl Analyzer {
             .collect();
         for w in starts.windows(3) {
             visit(&run[w[0]..w[2]]);
+        }
+    }
+
+    /// The terms a document's CJK run is indexed under: its bigrams and, so that a
+    /// one-character query word (装, 包) can match, its characters.
+    pub fn cjk_index_terms(run: &str, visit: &mut dyn FnMut(&str)) {
+        Self::cjk_terms(run, visit);
+        if run.chars().count() > 1 {
+            for (i, c) in run.char_indices() {
+                visit(&run[i..i + c.len_utf8()]);
+            }
         }
     }
 

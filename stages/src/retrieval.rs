@@ -7,14 +7,17 @@
 //! - **Dense retrieval**: every candidate passage (the lexical order first, then the
 //!   passages no query term matched, at most `max_embedded` in all) and the message are
 //!   embedded; passages are ordered by cosine similarity to the message; that order and
-//!   the lexical one are fused by reciprocal rank fusion (RRF, k = 60: Cormack, Clarke
+//!   the lexical one (every passage a query term matches, and the dense order's first
+//!   [`DENSE_TOP`]) are fused by reciprocal rank fusion (RRF, k = 60: Cormack, Clarke
 //!   and Büttcher, SIGIR 2009), so a passage that shares no word with the message can
 //!   still come first. Passage vectors are cached by embedder and content hash: a warm
 //!   turn embeds only its message.
 //! - **Reranking**: the first `rerank_top` passages of that order go to the reranker
 //!   with the message; they are put in its order, the rest follow unchanged.
 //!
-//! A service that fails or times out leaves the order as it was, and the trace says why.
+//! A service that fails or times out leaves the order as it was, and the trace says why;
+//! it is then left alone for [`BACKOFF`] (30 s), so a service that is down costs one turn
+//! its timeout, not every turn. Vectors that are all zeros are ignored, with a warning.
 
 use std::sync::Arc;
 
@@ -40,7 +43,17 @@ pub struct Retrieval {
     pub rerank_top: usize,
     /// Most passages embedded in one turn (the lexical order first). Default 2048.
     pub max_embedded: usize,
+    /// When each service last failed: it is not asked again for [`BACKOFF`], so a service
+    /// that is down does not cost every turn its timeout.
+    pub failed_at: [std::sync::Mutex<Option<std::time::Instant>>; 2],
 }
+
+/// How long a service that failed is left alone (the lexical order is used meanwhile).
+pub const BACKOFF: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How many of the dense order's first passages join the fusion (a passage no query term
+/// matched must be among them to come in at all).
+pub const DENSE_TOP: usize = 50;
 
 /// What the reordering did, for the trace.
 #[derive(Debug, Default)]
@@ -106,26 +119,36 @@ impl Retrieval {
     ) -> Reordered {
         let (indexes, texts) = (pool.indexes, pool.texts);
         let mut out = Reordered::default();
-        if let Some(embedder) = &self.embedder {
+        if let Some(embedder) = &self.embedder
+            && self.available(0, "embedder", embedder.name(), &mut out)
+        {
             match self
                 .dense(embedder.as_ref(), message, order, unmatched, pool, caches)
                 .await
             {
-                Ok(fused) => {
+                Ok(Some(fused)) => {
                     out.notes.push(format!(
-                        "passages ranked by BM25 fused with dense retrieval by `{}` (reciprocal rank fusion over {} passages)",
+                        "passages ranked by BM25 fused with dense retrieval by `{}` (reciprocal rank fusion of {} passages)",
                         embedder.name(),
                         fused.len()
                     ));
                     *order = fused;
                 }
-                Err(e) => out.warnings.push(format!(
-                    "dense retrieval failed, the lexical ranking was used: {e}"
+                Ok(None) => out.warnings.push(format!(
+                    "embedder `{}` gave vectors with no direction (all zeros): the lexical ranking was used",
+                    embedder.name()
                 )),
+                Err(e) => {
+                    self.failed(0);
+                    out.warnings.push(format!(
+                        "dense retrieval failed, the lexical ranking was used: {e}"
+                    ));
+                }
             }
         }
         if let Some(reranker) = &self.reranker
             && !order.is_empty()
+            && self.available(1, "reranker", reranker.name(), &mut out)
         {
             let n = self.rerank_top.min(order.len());
             let inputs: Vec<String> = order[..n]
@@ -160,15 +183,48 @@ impl Retrieval {
                         reranker.name()
                     ));
                 }
-                Err(e) => out.warnings.push(format!(
-                    "reranking failed, the order before it was used: {e}"
-                )),
+                Err(e) => {
+                    self.failed(1);
+                    out.warnings.push(format!(
+                        "reranking failed, the order before it was used: {e}"
+                    ));
+                }
             }
         }
         out
     }
 
-    /// The lexical order fused with the dense one.
+    /// Whether service `i` may be asked: not when it failed less than [`BACKOFF`] ago
+    /// (then the trace says so).
+    fn available(&self, i: usize, kind: &str, name: &str, out: &mut Reordered) -> bool {
+        let failed = self.failed_at[i]
+            .lock()
+            .map(|at| *at)
+            .unwrap_or_else(|e| *e.into_inner());
+        match failed.map(|at| at.elapsed()) {
+            Some(ago) if ago < BACKOFF => {
+                out.warnings.push(format!(
+                    "{kind} `{name}` was not asked: it failed {} s ago (asked again after {} s); the order before it was used",
+                    ago.as_secs(),
+                    BACKOFF.as_secs()
+                ));
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Notes that service `i` failed now.
+    fn failed(&self, i: usize) {
+        let now = Some(std::time::Instant::now());
+        match self.failed_at[i].lock() {
+            Ok(mut at) => *at = now,
+            Err(e) => *e.into_inner() = now,
+        }
+    }
+
+    /// The lexical order fused with the first [`DENSE_TOP`] of the dense one; `None` when
+    /// the vectors say nothing (all zeros).
     async fn dense(
         &self,
         embedder: &dyn Embedder,
@@ -177,7 +233,7 @@ impl Retrieval {
         unmatched: &[Unit],
         pool: &Pool<'_>,
         caches: &Caches,
-    ) -> Result<Vec<Unit>, hostpipe_core::RetrievalError> {
+    ) -> Result<Option<Vec<Unit>>, hostpipe_core::RetrievalError> {
         let (indexes, texts, boost) = (pool.indexes, pool.texts, pool.boost);
         let candidates: Vec<Unit> = order
             .iter()
@@ -216,15 +272,25 @@ impl Retrieval {
                 (i, cosine(&q, &v))
             })
             .collect();
-        dense.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let mut fused: Vec<(usize, f64)> = (0..candidates.len()).map(|i| (i, 0.0)).collect();
-        for (rank, &(i, _)) in dense.iter().enumerate() {
-            fused[i].1 += 1.0 / (RRF_K + rank as f64 + 1.0);
+        if dense.iter().all(|(_, s)| *s == 0.0) {
+            return Ok(None);
         }
-        for (rank, f) in fused.iter_mut().take(order.len()).enumerate() {
-            f.1 += 1.0 / (RRF_K + rank as f64 + 1.0);
+        dense.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        // The lexical matches, and the dense order's first DENSE_TOP.
+        let lexical = order.len().min(candidates.len());
+        let mut fused: Vec<(usize, f64)> = (0..lexical).map(|i| (i, 0.0)).collect();
+        for (rank, &(i, _)) in dense.iter().take(DENSE_TOP).enumerate() {
+            if i >= lexical {
+                fused.push((i, 0.0));
+            }
+            if let Some(f) = fused.iter_mut().find(|f| f.0 == i) {
+                f.1 += 1.0 / (RRF_K + rank as f64 + 1.0);
+            }
         }
         for f in &mut fused {
+            if f.0 < lexical {
+                f.1 += 1.0 / (RRF_K + f.0 as f64 + 1.0);
+            }
             f.1 *= boost(candidates[f.0].member);
         }
         fused.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -242,6 +308,6 @@ impl Retrieval {
                 .skip(candidates.len())
                 .map(|u| Unit { score: 0.0, ..*u }),
         );
-        Ok(out)
+        Ok(Some(out))
     }
 }

@@ -10,7 +10,25 @@ use hostpipe_core::{SummarizeError, Summarizer, Tokenizer};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ExtractiveSummarizer;
 
-fn sentences(text: &str) -> Vec<&str> {
+/// The sentences of `text`, without markdown code fence lines (a summary of code shows
+/// code lines, not unbalanced fences).
+fn sentences(text: &str) -> Vec<String> {
+    raw_sentences(text)
+        .into_iter()
+        .map(|s| {
+            s.lines()
+                .filter(|l| {
+                    let t = l.trim_start();
+                    !(t.starts_with("```") || t.starts_with("~~~"))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .filter(|s| s.trim().len() > 1)
+        .collect()
+}
+
+fn raw_sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut start = 0;
     let bytes = text.as_bytes();
@@ -87,7 +105,7 @@ impl Summarizer for ExtractiveSummarizer {
         let mut chosen: Vec<usize> = Vec::new();
         let mut used = tk.count(&header(sents.len()));
         for (i, _) in scored.into_iter().take(400) {
-            let cost = tk.count(sents[i]) + 1;
+            let cost = tk.count(&sents[i]) + 1;
             if used + cost <= max_tokens {
                 used += cost;
                 chosen.push(i);
@@ -98,7 +116,7 @@ impl Summarizer for ExtractiveSummarizer {
             ordered.sort_unstable();
             let mut out = header(ordered.len());
             for i in &ordered {
-                out.push_str(sents[*i]);
+                out.push_str(&sents[*i]);
                 out.push('\n');
             }
             if tk.count(&out) <= max_tokens {

@@ -527,6 +527,61 @@ async fn a_failing_or_slow_service_leaves_the_lexical_ranking_and_says_why() {
         ) && warnings.contains("/v1/rerank: no answer within 300 ms"),
         "{warnings}"
     );
+    // A service that just failed is not asked again on the next turn: a service that is
+    // down costs one turn its timeout, not every turn.
+    let asked = api.received_requests().await.unwrap().len();
+    let (again, trace) = prepare(&p, Turn::new("default", question)).await;
+    assert_eq!(texts(&again), texts(&plain));
+    assert_eq!(api.received_requests().await.unwrap().len(), asked);
+    let warnings = trace.warnings().collect::<Vec<_>>().join("\n");
+    assert!(
+        warnings
+            .contains("embedder `toy` was not asked: it failed 0 s ago (asked again after 30 s)")
+            && warnings.contains("reranker `toy` was not asked"),
+        "{warnings}"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn vectors_of_zeros_are_ignored_with_a_warning() {
+    let api = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/embeddings"))
+        .respond_with(|req: &Request| {
+            let body: Value = serde_json::from_slice(&req.body).unwrap();
+            let n = body["input"].as_array().unwrap().len();
+            let data: Vec<Value> = (0..n)
+                .map(|i| json!({"index": i, "embedding": [0.0, 0.0, 0.0]}))
+                .collect();
+            ResponseTemplate::new(200).set_body_json(json!({"data": data}))
+        })
+        .mount(&api)
+        .await;
+    let host = manuals().await;
+    let question = "What is the gate code for visitors?";
+    let (plain, _) = prepare(
+        &pipeline(&host, &config(300, "", "")),
+        Turn::new("default", question),
+    )
+    .await;
+    let p = pipeline(
+        &host,
+        &config(300, "embedder = \"toy\"", &services(&api.uri(), 10_000)),
+    );
+    let (request, trace) = prepare(&p, Turn::new("default", question)).await;
+    let texts = |r: &hostpipe_core::RunRequest| -> Vec<String> {
+        r.context
+            .iter()
+            .map(|b| b.text().unwrap_or("").to_owned())
+            .collect()
+    };
+    assert_eq!(texts(&request), texts(&plain));
+    let warnings = trace.warnings().collect::<Vec<_>>().join("\n");
+    assert!(
+        warnings.contains("embedder `toy` gave vectors with no direction (all zeros): the lexical ranking was used"),
+        "{warnings}"
+    );
     host.shutdown().await;
 }
 

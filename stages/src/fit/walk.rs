@@ -96,6 +96,8 @@ struct Order {
     rest: Vec<Unit>,
     /// Each query term's weighted IDF (for best spans).
     weights: Vec<f64>,
+    /// How many passages a query term matched (before any dense retrieval).
+    matched: usize,
 }
 
 impl Order {
@@ -194,6 +196,7 @@ async fn order(
     };
     musts.sort_by(by_score);
     rest.sort_by(by_score);
+    let matched = musts.iter().chain(&rest).filter(|u| u.score > 0.0).count();
     // Several must resources take turns, each its best passage first: every one of them
     // gets something before any gets a second passage.
     let mut turn = vec![0usize; indexes.len()];
@@ -223,6 +226,7 @@ async fn order(
         musts,
         rest,
         weights,
+        matched,
     }
 }
 
@@ -412,7 +416,7 @@ fn results(
     }
     let resources = indexes.len();
     let passages: usize = indexes.iter().map(|(_, x)| x.passages.passages.len()).sum();
-    let matched = order.ranked().filter(|(_, u)| u.score > 0.0).count();
+    let matched = order.matched;
     let mut note = format!(
         "ranked {} of {} against the message, {matched} of them matching; kept {} ({} \
          tokens) from {}",
