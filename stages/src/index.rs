@@ -202,9 +202,10 @@ pub struct Query {
 
 impl Query {
     /// The query of a turn: the terms of `message` (weight 1), then those of `history`
-    /// (most recent first) not already in it, each at `history_weight`. Only history
-    /// messages that have terms count, at most `history_messages` of them: "thanks" or
-    /// "ok" between a question and its follow-up do not push the question out.
+    /// (most recent first) not already in it: the most recent at `history_weight`, each
+    /// older one at half the weight of the one after it. Only history messages that
+    /// have terms count, at most `history_messages` of them: "thanks" or "ok" between a
+    /// question and its follow-up do not push the question out.
     pub fn new(
         analyzer: &Analyzer,
         message: &str,
@@ -223,10 +224,12 @@ impl Query {
                 .map(|h| analyzer.query_terms(h))
                 .filter(|t| !t.is_empty())
                 .take(history_messages);
-            for h in with_terms {
+            // Each older message weighs half the one after it.
+            for (age, h) in with_terms.enumerate() {
+                let weight = history_weight * 0.5f64.powi(i32::try_from(age).unwrap_or(i32::MAX));
                 for t in h {
                     if !terms.iter().any(|(o, _)| *o == t) {
-                        terms.push((t, history_weight));
+                        terms.push((t, weight));
                     }
                 }
             }

@@ -95,7 +95,8 @@ pub struct InjectConfig {
     /// such as "and its timeout?"); messages without terms ("thanks", "ok") do not count
     /// (among the last 10). Default 2; 0 ranks by the message alone.
     pub history_messages: usize,
-    /// Weight of a history term against a message term (1). Default 0.3.
+    /// Weight of a term of the most recent history message against a message term (1);
+    /// each older message weighs half the one after it. Default 0.3.
     pub history_weight: f64,
     /// Dense retrieval: the name of an `[embedders.NAME]` whose similarity order is fused
     /// with the lexical one (reciprocal rank fusion). Default none.
