@@ -270,23 +270,7 @@ pub async fn fit(
             _ => 0,
         })
         .collect();
-    // What each item would cost whole; texts are counted in parallel.
-    let costs: Vec<(usize, bool)> = items
-        .par_iter()
-        .zip(&hashes)
-        .map(|(it, &hash)| match &it.converted {
-            Converted::Text(t)
-                if t.len() > budget.saturating_mul(SURELY_TOO_LARGE_BYTES_PER_TOKEN) =>
-            {
-                (crate::passage::estimate_tokens(t).max(t.len() / 6), true)
-            }
-            Converted::Text(t) => (exact_count(t, hash, tk, &opts.caches), false),
-            Converted::Image { width, height, .. } => (image_tokens(*width, *height), false),
-            Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
-                (tk.count(note), false)
-            }
-        })
-        .collect();
+    let costs = whole_costs(&items, &hashes, budget, tk, opts);
     let mut outcome = FitOutcome {
         fitted: Vec::with_capacity(items.len()),
         notes: Vec::new(),
@@ -308,92 +292,23 @@ pub async fn fit(
         opts.history_weight,
     );
     // 2. What cannot be ranked shares the budget with the ranked pool (musts apart).
-    let is_ranked: Vec<bool> = items.iter().map(|it| ranked(it, &q)).collect();
-    let pool_need = |must: bool| -> Option<Need> {
-        let members: Vec<usize> = (0..items.len())
-            .filter(|&i| is_ranked[i] && items[i].must == must)
-            .collect();
-        let cost: usize = members.iter().map(|&i| costs[i].0).sum();
-        (!members.is_empty()).then(|| Need {
-            cost,
-            must,
-            shrinkable: true,
-            min_useful: opts.min_block_tokens,
-            tier: members
-                .iter()
-                .map(|&i| items[i].source.scope as u8)
-                .max()
-                .unwrap_or(0),
-            // A must at a wider scope leaves the passages of a narrower attachment room
-            // for one passage (at most half the budget).
-            reserve: opts
-                .passage_tokens
-                .min(budget / 2)
-                .max(opts.min_block_tokens),
-        })
-    };
-    let mut needs: Vec<Need> = Vec::new();
-    let mut need_of: Vec<Option<usize>> = vec![None; items.len()];
-    let mut fitted: Vec<Option<Fitted>> = (0..items.len()).map(|_| None).collect();
-    let must_pool = pool_need(true).map(|n| {
-        needs.push(n);
-        needs.len() - 1
-    });
-    for (i, item) in items.iter().enumerate() {
-        if is_ranked[i] {
-            continue;
-        }
-        // Summarize only what is relevant: a text to summarize that shares no term
-        // with the message gets no share of a budget too small for everything.
-        if let Converted::Text(t) = &item.converted
-            && item.strategy == Strategy::Summarize
-            && !item.must
-            && !q.is_empty()
-            && !mentions(t, hashes[i], item, &q, opts)
-        {
-            let mut f = Fitted::new(costs[i].0, costs[i].1);
-            f.reason = Some("nothing in it matched the message, so it was not summarized".into());
-            fitted[i] = Some(f);
-            continue;
-        }
-        need_of[i] = Some(needs.len());
-        needs.push(Need {
-            cost: costs[i].0,
-            must: item.must,
-            shrinkable: matches!(item.converted, Converted::Text(_))
-                && item.strategy != Strategy::Whole,
-            min_useful: opts.min_block_tokens,
-            tier: item.source.scope as u8,
-            reserve: opts.min_block_tokens,
-        });
-    }
-    let rest_pool = pool_need(false).map(|n| {
-        needs.push(n);
-        needs.len() - 1
-    });
-    let allowances = allocate(budget, &needs);
-    // The items that are not ranked, with their allowances (summaries may call a model).
+    let shares = Shares::plan(&items, &hashes, &costs, &q, budget, opts);
+    let mut fitted = shares.left_out;
     let mut used = 0usize;
     for (i, item) in items.iter().enumerate() {
-        let Some(n) = need_of[i] else { continue };
+        let Some(allowance) = shares.allowance[i] else {
+            continue;
+        };
         let (cost, estimated) = costs[i];
-        let f = shrink::fit_one(
-            item,
-            cost,
-            estimated,
-            allowances[n],
-            query.message,
-            tk,
-            opts,
-        )
-        .await;
+        // Summaries may call a model.
+        let f = shrink::fit_one(item, cost, estimated, allowance, query.message, tk, opts).await;
         used += f.block.as_ref().map_or(0, |b| b.tokens_after);
         fitted[i] = Some(f);
     }
     // 3. The ranked pool: musts first, within their allowance; then the rest, with what
     // the others left.
-    if must_pool.is_some() || rest_pool.is_some() {
-        let members: Vec<usize> = (0..items.len()).filter(|&i| is_ranked[i]).collect();
+    if shares.ranked.iter().any(|&r| r) {
+        let members: Vec<usize> = (0..items.len()).filter(|&i| shares.ranked[i]).collect();
         let indexes: Vec<(usize, Arc<DocIndex>)> = members
             .par_iter()
             .map(|&i| {
@@ -404,8 +319,6 @@ pub async fn fit(
                 (i, opts.caches.index(t, hashes[i], kind, opts))
             })
             .collect();
-        let must_cap = must_pool.map_or(0, |n| allowances[n]);
-        let total_cap = budget.saturating_sub(used);
         let selection = walk::select(
             walk::Input {
                 items: &items,
@@ -413,8 +326,8 @@ pub async fn fit(
                 costs: &costs,
                 query: &q,
                 message: query.message,
-                must_cap,
-                total_cap,
+                must_cap: shares.must_cap,
+                total_cap: budget.saturating_sub(used),
             },
             tk,
             opts,
@@ -431,6 +344,129 @@ pub async fn fit(
         .map(|(f, &(cost, est))| f.unwrap_or_else(|| Fitted::new(cost, est)))
         .collect();
     outcome
+}
+
+/// What each item would cost whole, and whether that is an estimate (a text far larger
+/// than the budget is not tokenized whole). Texts are counted in parallel.
+fn whole_costs(
+    items: &[Item],
+    hashes: &[u64],
+    budget: usize,
+    tk: &Tokenizer,
+    opts: &FitOptions,
+) -> Vec<(usize, bool)> {
+    items
+        .par_iter()
+        .zip(hashes)
+        .map(|(it, &hash)| match &it.converted {
+            Converted::Text(t)
+                if t.len() > budget.saturating_mul(SURELY_TOO_LARGE_BYTES_PER_TOKEN) =>
+            {
+                (crate::passage::estimate_tokens(t).max(t.len() / 6), true)
+            }
+            Converted::Text(t) => (exact_count(t, hash, tk, &opts.caches), false),
+            Converted::Image { width, height, .. } => (image_tokens(*width, *height), false),
+            Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
+                (tk.count(note), false)
+            }
+        })
+        .collect()
+}
+
+/// How the budget is shared between the ranked pool and what is not ranked.
+struct Shares {
+    /// Per item: whether its passages compete in the ranking.
+    ranked: Vec<bool>,
+    /// Per item not ranked: its allowance (`None` for ranked items and those left out).
+    allowance: Vec<Option<usize>>,
+    /// Per item: its result when it is left out before any fitting.
+    left_out: Vec<Option<Fitted>>,
+    /// Tokens the must resources' passages may use.
+    must_cap: usize,
+}
+
+impl Shares {
+    /// The shares ([`crate::budget::allocate`]): the ranked musts and the other ranked
+    /// texts are one need each; every item that is not ranked is one need of its own.
+    fn plan(
+        items: &[Item],
+        hashes: &[u64],
+        costs: &[(usize, bool)],
+        q: &Query,
+        budget: usize,
+        opts: &FitOptions,
+    ) -> Self {
+        let ranked: Vec<bool> = items.iter().map(|it| self::ranked(it, q)).collect();
+        let pool_need = |must: bool| -> Option<Need> {
+            let members: Vec<usize> = (0..items.len())
+                .filter(|&i| ranked[i] && items[i].must == must)
+                .collect();
+            (!members.is_empty()).then(|| Need {
+                cost: members.iter().map(|&i| costs[i].0).sum(),
+                must,
+                shrinkable: true,
+                min_useful: opts.min_block_tokens,
+                tier: members
+                    .iter()
+                    .map(|&i| items[i].source.scope as u8)
+                    .max()
+                    .unwrap_or(0),
+                // A must at a wider scope leaves the passages of a narrower attachment
+                // room for one passage (at most half the budget).
+                reserve: opts
+                    .passage_tokens
+                    .min(budget / 2)
+                    .max(opts.min_block_tokens),
+            })
+        };
+        let mut needs: Vec<Need> = Vec::new();
+        let mut need_of: Vec<Option<usize>> = vec![None; items.len()];
+        let mut left_out: Vec<Option<Fitted>> = (0..items.len()).map(|_| None).collect();
+        let must_pool = pool_need(true).map(|n| {
+            needs.push(n);
+            needs.len() - 1
+        });
+        for (i, item) in items.iter().enumerate() {
+            if ranked[i] {
+                continue;
+            }
+            // Summarize only what is relevant: a text to summarize that shares no term
+            // with the message gets no share of a budget too small for everything.
+            if let Converted::Text(t) = &item.converted
+                && item.strategy == Strategy::Summarize
+                && !item.must
+                && !q.is_empty()
+                && !mentions(t, hashes[i], item, q, opts)
+            {
+                let mut f = Fitted::new(costs[i].0, costs[i].1);
+                f.reason =
+                    Some("nothing in it matched the message, so it was not summarized".into());
+                left_out[i] = Some(f);
+                continue;
+            }
+            need_of[i] = Some(needs.len());
+            needs.push(Need {
+                cost: costs[i].0,
+                must: item.must,
+                shrinkable: matches!(item.converted, Converted::Text(_))
+                    && item.strategy != Strategy::Whole,
+                min_useful: opts.min_block_tokens,
+                tier: item.source.scope as u8,
+                reserve: opts.min_block_tokens,
+            });
+        }
+        // The rest of the ranked pool comes last: what the others do not use is its.
+        if let Some(n) = pool_need(false) {
+            needs.push(n);
+        }
+        let allowances = allocate(budget, &needs);
+        Self {
+            allowance: need_of.iter().map(|n| n.map(|n| allowances[n])).collect(),
+            must_cap: must_pool.map_or(0, |n| allowances[n]),
+            ranked,
+            left_out,
+        }
+    }
 }
 
 /// Whether any term of `query` occurs in `text` (or in its resource's title or URI).
