@@ -213,6 +213,9 @@ pub struct BudgetResult {
     pub misses: Vec<String>,
     /// Ids of the questions whose turn ended early (a stage replied), with the reply.
     pub ended: Vec<(String, String)>,
+    /// The turns' trace warnings (a dense retrieval service that failed, a server that
+    /// did not answer, …): each distinct one, with how many turns had it.
+    pub warnings: Vec<(String, usize)>,
 }
 
 /// The whole report.
@@ -280,17 +283,36 @@ fn turn_of(id: &str, q: &Question) -> Turn {
 }
 
 /// One question's outcome: (answered, tokens, the reply when a stage ended the turn).
-async fn ask(pipeline: &Pipeline, q: &Question) -> (bool, usize, Option<String>) {
+/// One question's outcome.
+struct Asked {
+    answered: bool,
+    tokens: usize,
+    /// The reply, when a stage ended the turn.
+    ended: Option<String>,
+    /// The turn's trace warnings.
+    warnings: Vec<String>,
+}
+
+async fn ask(pipeline: &Pipeline, q: &Question) -> Asked {
     match pipeline.prepare(turn_of(pipeline.id(), q)).await {
-        Prepared::Request(request, _) => {
+        Prepared::Request(request, trace) => {
             let context = normalize(&PreviewReport::new(&request).fenced_context);
-            let hit = q
-                .answers
-                .iter()
-                .any(|a| contains_answer(&context, &normalize(a)));
-            (hit, request.context_tokens(), None)
+            Asked {
+                answered: q
+                    .answers
+                    .iter()
+                    .any(|a| contains_answer(&context, &normalize(a))),
+                tokens: request.context_tokens(),
+                ended: None,
+                warnings: trace.warnings().map(str::to_owned).collect(),
+            }
         }
-        Prepared::Ended(outcome) => (false, 0, Some(outcome.reply)),
+        Prepared::Ended(outcome) => Asked {
+            answered: false,
+            tokens: 0,
+            warnings: outcome.trace.warnings().map(str::to_owned).collect(),
+            ended: Some(outcome.reply),
+        },
     }
 }
 
@@ -303,35 +325,44 @@ pub async fn run(
 ) -> EvalReport {
     let mut budgets = Vec::with_capacity(pipelines.len());
     for (budget, pipeline) in pipelines {
-        let results: Vec<(bool, usize, Option<String>)> =
+        let results: Vec<Asked> =
             futures_util::stream::iter(questions.iter().map(|q| ask(pipeline, q)))
                 .buffered(jobs.max(1))
                 .collect()
                 .await;
         let n = questions.len();
-        let answered = results.iter().filter(|r| r.0).count();
-        let tokens: usize = results.iter().map(|r| r.1).sum();
+        let answered = results.iter().filter(|r| r.answered).count();
+        let tokens: usize = results.iter().map(|r| r.tokens).sum();
+        let mut warnings: Vec<(String, usize)> = Vec::new();
+        for w in results.iter().flat_map(|r| &r.warnings) {
+            match warnings.iter_mut().find(|(m, _)| m == w) {
+                Some((_, count)) => *count += 1,
+                None => warnings.push((w.clone(), 1)),
+            }
+        }
         budgets.push(BudgetResult {
             budget: *budget,
             questions: n,
             answered,
             recall: answered as f64 / n.max(1) as f64,
             mean_tokens: tokens as f64 / n.max(1) as f64,
-            max_tokens: results.iter().map(|r| r.1).max().unwrap_or(0),
+            max_tokens: results.iter().map(|r| r.tokens).max().unwrap_or(0),
             misses: questions
                 .iter()
                 .zip(&results)
-                .filter(|(_, r)| !r.0)
+                .filter(|(_, r)| !r.answered)
                 .map(|(q, _)| q.id.clone().unwrap_or_default())
                 .collect(),
             ended: questions
                 .iter()
                 .zip(&results)
                 .filter_map(|(q, r)| {
-                    r.2.clone()
+                    r.ended
+                        .clone()
                         .map(|reply| (q.id.clone().unwrap_or_default(), reply))
                 })
                 .collect(),
+            warnings,
         });
     }
     EvalReport {

@@ -740,6 +740,9 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             if budgets.is_empty() || budgets.contains(&0) {
                 bail!("--budgets: give budgets in tokens (e.g. 1000,2000,4000), none of them 0");
             }
+            let mut budgets = budgets;
+            let mut seen = std::collections::HashSet::new();
+            budgets.retain(|b| seen.insert(*b));
             if jobs == 0 {
                 bail!("--jobs: at least 1");
             }
@@ -802,6 +805,13 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 for b in &report.budgets {
                     if !b.misses.is_empty() {
                         outln!("missed at {}: {}", b.budget, b.misses.join(", "));
+                    }
+                    for (message, turns) in &b.warnings {
+                        eprintln!(
+                            "warning: at {} ({turns} turn{}): {message}",
+                            b.budget,
+                            if *turns == 1 { "" } else { "s" }
+                        );
                     }
                     for (id, reply) in &b.ended {
                         eprintln!(

@@ -1,5 +1,5 @@
-//! Consent: which resource reads a pipeline may make, decided before any request
-//! reaches a server.
+//! Consent: which resource reads and which tool calls a pipeline may make, decided
+//! before any request reaches a server.
 //!
 //! A [`ConsentPolicy`] is an ordered list of [`ConsentRule`]s (server name, URI glob)
 //! with separate decisions for the two kinds of read ([`ReadOrigin`]): *host* reads,
@@ -7,6 +7,13 @@
 //! message scope), and *model* reads, which the model chose through the `read_resource`
 //! exploration tool. The first rule that matches the server, the URI and the origin
 //! decides; when none does, the policy's default for the origin does.
+//!
+//! Tool calls are decided the same way by rules that name a `tool` (a glob over the
+//! tool's name as its server lists it) and a `call` decision. When no rule matches, the
+//! tool's own annotations choose the default (MCP spec 2025-11-25, "Tool annotations"):
+//! `read_only_call` for a tool that declares `readOnlyHint: true`, `destructive_call` for
+//! one that declares `destructiveHint: true`, `default_call` for the others. Annotations
+//! are the server's word, not a guarantee: rules decide before them.
 //!
 //! [`Decision::Ask`] goes to an [`Approver`] (the bot platform shows the request to
 //! its user); no answer within the policy's `ask_timeout_ms` counts as a denial, and so
@@ -79,6 +86,13 @@ pub struct ConsentRule {
     /// The decision for model reads (`read_resource`); absent: the rule does not apply.
     #[serde(default)]
     pub model: Option<Decision>,
+    /// A glob over tool names as the server lists them (not the model's `server__tool`
+    /// name), for `call` rules. Absent: every tool.
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// The decision for tool calls; absent: the rule does not apply to them.
+    #[serde(default)]
+    pub call: Option<Decision>,
 }
 
 /// `[pipelines.ID.consent]`.
@@ -89,6 +103,15 @@ pub struct ConsentConfig {
     pub default_host: Decision,
     /// Model reads no rule matches. Default `allow`.
     pub default_model: Decision,
+    /// Tool calls no rule matches, of a tool that declares neither `readOnlyHint` nor
+    /// `destructiveHint`. Default `allow`.
+    pub default_call: Decision,
+    /// Tool calls no rule matches, of a tool that declares `readOnlyHint: true`. Default
+    /// `allow`.
+    pub read_only_call: Decision,
+    /// Tool calls no rule matches, of a tool that declares `destructiveHint: true` (and
+    /// is not read-only). Default `ask`.
+    pub destructive_call: Decision,
     /// Rules, first match wins.
     pub rules: Vec<ConsentRule>,
     /// How long an `ask` waits for the approver, in milliseconds; then it is a denial.
@@ -101,6 +124,9 @@ impl Default for ConsentConfig {
         Self {
             default_host: Decision::Allow,
             default_model: Decision::Allow,
+            default_call: Decision::Allow,
+            read_only_call: Decision::Allow,
+            destructive_call: Decision::Ask,
             rules: Vec::new(),
             ask_timeout_ms: 60_000,
         }
@@ -112,6 +138,7 @@ impl Default for ConsentConfig {
 pub struct ConsentPolicy {
     config: ConsentConfig,
     globs: Vec<Option<GlobMatcher>>,
+    tool_globs: Vec<Option<GlobMatcher>>,
 }
 
 /// Which part of the policy decided.
@@ -119,48 +146,92 @@ pub struct ConsentPolicy {
 pub enum DecidedBy {
     /// Rule `i` (from 0).
     Rule(usize),
-    /// The default for the origin.
+    /// The default for the origin (or, for a call, `default_call`).
     Default,
+    /// `read_only_call`: the tool declares `readOnlyHint: true`.
+    ReadOnlyTool,
+    /// `destructive_call`: the tool declares `destructiveHint: true`.
+    DestructiveTool,
+}
+
+/// What is being decided: a read for an origin, or a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subject {
+    Read(ReadOrigin),
+    Call,
+}
+
+fn compile_glob(key: String, pattern: &str) -> Result<GlobMatcher, ConfigError> {
+    GlobBuilder::new(pattern)
+        .literal_separator(false)
+        .backslash_escape(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| {
+            ConfigError::new(
+                key,
+                format!("`{pattern}` is not a valid glob: {}", e.kind()),
+            )
+        })
 }
 
 impl ConsentPolicy {
     /// Checks `config`: every glob compiles, every rule decides something.
     ///
     /// # Errors
-    /// [`ConfigError`] at `rules[i].uri` or `rules[i]`.
+    /// [`ConfigError`] at `rules[i].uri`, `rules[i].tool` or `rules[i]`: a glob that
+    /// does not compile or is empty, a rule that decides nothing, a `tool` rule that
+    /// decides reads or a `uri` rule that decides calls.
     pub fn new(config: ConsentConfig) -> Result<Self, ConfigError> {
         let mut globs = Vec::with_capacity(config.rules.len());
+        let mut tool_globs = Vec::with_capacity(config.rules.len());
         for (i, rule) in config.rules.iter().enumerate() {
-            if rule.host.is_none() && rule.model.is_none() {
+            if rule.host.is_none() && rule.model.is_none() && rule.call.is_none() {
                 return Err(ConfigError::new(
                     format!("rules[{i}]"),
-                    "the rule decides nothing: give `host`, `model` or both (allow, deny or ask)",
+                    "the rule decides nothing: give `host` or `model` for reads, `call` for tool calls (allow, deny or ask)",
                 ));
             }
-            if rule.uri.as_deref().is_some_and(|u| u.trim().is_empty()) {
+            if rule.tool.is_some() && (rule.host.is_some() || rule.model.is_some()) {
                 return Err(ConfigError::new(
-                    format!("rules[{i}].uri"),
-                    "an empty glob matches nothing: leave `uri` out to match every URI",
+                    format!("rules[{i}]"),
+                    "a rule with `tool` is about tool calls: it decides `call`, not `host` or `model`",
                 ));
             }
-            globs.push(match &rule.uri {
-                None => None,
-                Some(pattern) => Some(
-                    GlobBuilder::new(pattern)
-                        .literal_separator(false)
-                        .backslash_escape(true)
-                        .build()
-                        .map_err(|e| {
-                            ConfigError::new(
-                                format!("rules[{i}].uri"),
-                                format!("`{pattern}` is not a valid glob: {}", e.kind()),
-                            )
-                        })?
-                        .compile_matcher(),
-                ),
-            });
+            if rule.uri.is_some() && rule.call.is_some() {
+                return Err(ConfigError::new(
+                    format!("rules[{i}]"),
+                    "a rule with `uri` is about reads: it decides `host` or `model`; name a `tool` to decide `call`",
+                ));
+            }
+            for (key, glob) in [("uri", &rule.uri), ("tool", &rule.tool)] {
+                if glob.as_deref().is_some_and(|g| g.trim().is_empty()) {
+                    return Err(ConfigError::new(
+                        format!("rules[{i}].{key}"),
+                        format!(
+                            "an empty glob matches nothing: leave `{key}` out to match every one"
+                        ),
+                    ));
+                }
+            }
+            globs.push(
+                rule.uri
+                    .as_deref()
+                    .map(|p| compile_glob(format!("rules[{i}].uri"), p))
+                    .transpose()?,
+            );
+            tool_globs.push(
+                rule.tool
+                    .as_deref()
+                    .map(|p| compile_glob(format!("rules[{i}].tool"), p))
+                    .transpose()?,
+            );
         }
-        Ok(Self { config, globs })
+        Ok(Self {
+            config,
+            globs,
+            tool_globs,
+        })
     }
 
     /// The policy that allows everything (no rules).
@@ -168,6 +239,7 @@ impl ConsentPolicy {
         Self {
             config: ConsentConfig::default(),
             globs: Vec::new(),
+            tool_globs: Vec::new(),
         }
     }
 
@@ -215,11 +287,44 @@ impl ConsentPolicy {
         (default, DecidedBy::Default)
     }
 
-    /// `rules[1] (server kb, uri kb://secret/*)` or `the default for host reads`.
-    fn describe(&self, by: DecidedBy, origin: ReadOrigin) -> String {
-        match by {
-            DecidedBy::Default => format!("the default for {} reads", origin.as_str()),
-            DecidedBy::Rule(i) => {
+    /// What the policy says about calling `tool` (as its server lists it) on `server`,
+    /// a tool that declares `hints`.
+    pub fn decide_call(
+        &self,
+        server: &str,
+        tool: &str,
+        hints: crate::source::ToolHints,
+    ) -> (Decision, DecidedBy) {
+        for (i, (rule, glob)) in self.config.rules.iter().zip(&self.tool_globs).enumerate() {
+            let Some(decision) = rule.call else { continue };
+            if rule.server.as_deref().is_some_and(|s| s != server) {
+                continue;
+            }
+            if glob.as_ref().is_some_and(|g| !g.is_match(tool)) {
+                continue;
+            }
+            return (decision, DecidedBy::Rule(i));
+        }
+        if hints.read_only == Some(true) {
+            (self.config.read_only_call, DecidedBy::ReadOnlyTool)
+        } else if hints.destructive == Some(true) {
+            (self.config.destructive_call, DecidedBy::DestructiveTool)
+        } else {
+            (self.config.default_call, DecidedBy::Default)
+        }
+    }
+
+    /// `rules[1] (server kb, uri kb://secret/*)`, `the default for host reads`, `the
+    /// default for read-only tools`.
+    fn describe(&self, by: DecidedBy, subject: Subject) -> String {
+        match (by, subject) {
+            (DecidedBy::Default, Subject::Read(origin)) => {
+                format!("the default for {} reads", origin.as_str())
+            }
+            (DecidedBy::Default, Subject::Call) => "the default for tool calls".into(),
+            (DecidedBy::ReadOnlyTool, _) => "the default for read-only tools".into(),
+            (DecidedBy::DestructiveTool, _) => "the default for destructive tools".into(),
+            (DecidedBy::Rule(i), _) => {
                 let rule = &self.config.rules[i];
                 let mut parts = Vec::new();
                 if let Some(s) = &rule.server {
@@ -227,6 +332,9 @@ impl ConsentPolicy {
                 }
                 if let Some(u) = &rule.uri {
                     parts.push(format!("uri {u}"));
+                }
+                if let Some(t) = &rule.tool {
+                    parts.push(format!("tool {t}"));
                 }
                 if parts.is_empty() {
                     format!("rules[{i}]")
@@ -329,8 +437,8 @@ pub fn normalize_uri(uri: &str) -> String {
     format!("{scheme}:{authority}{path}{tail}")
 }
 
-/// A read the policy says to ask about, as an [`Approver`] gets it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A read or a tool call the policy says to ask about, as an [`Approver`] gets it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConsentRequest {
     /// The turn asking ([`Trace::turn_id`](crate::Trace::turn_id)): lets a service route
     /// the question to the caller of that turn.
@@ -351,6 +459,50 @@ pub struct ConsentRequest {
     /// Why it is being read, for the user: e.g. "attached to this conversation",
     /// "the model called read_resource".
     pub reason: String,
+    /// For a tool call (then `uri` is empty): the tool and its arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolCallRequest>,
+}
+
+/// The tool call a [`ConsentRequest`] asks about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRequest {
+    /// The tool's name as its server lists it.
+    pub name: String,
+    /// Its arguments (a JSON object); an object over [`ToolCallRequest::MAX_ARGUMENT_BYTES`]
+    /// of JSON is replaced by a string: its first bytes and how many were left out.
+    pub arguments: serde_json::Value,
+}
+
+impl ToolCallRequest {
+    /// Most bytes of arguments shown to the approver (and kept in the history), as JSON.
+    pub const MAX_ARGUMENT_BYTES: usize = 4096;
+
+    /// The request for calling `name` with `arguments`, capped.
+    pub fn new(name: impl Into<String>, arguments: &serde_json::Value) -> Self {
+        Self {
+            name: name.into(),
+            arguments: cap_json(arguments, Self::MAX_ARGUMENT_BYTES),
+        }
+    }
+}
+
+/// `value` as is when its JSON is at most `max` bytes, else a string with its first
+/// bytes (on a character boundary) and how many were left out.
+pub fn cap_json(value: &serde_json::Value, max: usize) -> serde_json::Value {
+    let text = value.to_string();
+    if text.len() <= max {
+        return value.clone();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    serde_json::Value::String(format!(
+        "{}… [{} more bytes]",
+        &text[..end],
+        text.len() - end
+    ))
 }
 
 /// An approver's answer.
@@ -496,7 +648,30 @@ impl Consent {
     pub async fn check(&self, request: &ConsentRequest) -> Verdict {
         let origin = request.origin;
         let (decision, by) = self.policy.decide(&request.server, &request.uri, origin);
-        let by_text = self.policy.describe(by, origin);
+        let by_text = self.policy.describe(by, Subject::Read(origin));
+        self.decided(request, decision, &by_text).await
+    }
+
+    /// The verdict on the tool call `request` describes (its `tool` set), a tool that
+    /// declares `hints`: rules, then the annotations' defaults (see the module docs);
+    /// `ask` as for reads. Cancel-safe.
+    pub async fn check_call(
+        &self,
+        request: &ConsentRequest,
+        hints: crate::source::ToolHints,
+    ) -> Verdict {
+        let tool = request.tool.as_ref().map_or("", |t| t.name.as_str());
+        let (decision, by) = self.policy.decide_call(&request.server, tool, hints);
+        let by_text = self.policy.describe(by, Subject::Call);
+        self.decided(request, decision, &by_text).await
+    }
+
+    async fn decided(
+        &self,
+        request: &ConsentRequest,
+        decision: Decision,
+        by_text: &str,
+    ) -> Verdict {
         match decision {
             Decision::Allow => Verdict {
                 allowed: true,
@@ -506,21 +681,29 @@ impl Consent {
                 allowed: false,
                 how: format!("denied by {by_text}"),
             },
-            Decision::Ask => self.ask(request, &by_text).await,
+            Decision::Ask => self.ask(request, by_text).await,
         }
     }
 
     async fn ask(&self, request: &ConsentRequest, by: &str) -> Verdict {
-        let key = request
-            .conversation
-            .as_ref()
-            .map(|c| crate::store::ConsentGrant {
+        let key = request.conversation.as_ref().map(|c| match &request.tool {
+            None => crate::store::ConsentGrant {
                 pipeline: request.pipeline.clone(),
                 conversation: c.clone(),
                 server: request.server.clone(),
                 uri: request.uri.clone(),
                 origin: request.origin,
-            });
+                kind: crate::store::GrantKind::Read,
+            },
+            Some(tool) => crate::store::ConsentGrant {
+                pipeline: request.pipeline.clone(),
+                conversation: c.clone(),
+                server: request.server.clone(),
+                uri: tool.name.clone(),
+                origin: request.origin,
+                kind: crate::store::GrantKind::Call,
+            },
+        });
         if let Some(k) = &key
             && (self.grants().contains(k) || self.stored_grant(k).await)
         {
@@ -608,7 +791,100 @@ mod tests {
             uri: Some(uri.into()),
             host,
             model,
+            tool: None,
+            call: None,
         }
+    }
+
+    fn call_rule(server: Option<&str>, tool: Option<&str>, call: Decision) -> ConsentRule {
+        ConsentRule {
+            server: server.map(str::to_owned),
+            uri: None,
+            host: None,
+            model: None,
+            tool: tool.map(str::to_owned),
+            call: Some(call),
+        }
+    }
+
+    #[test]
+    fn tool_calls_follow_call_rules_then_the_annotations() {
+        use crate::source::ToolHints;
+        let p = policy(vec![
+            call_rule(Some("fs"), Some("write_*"), Decision::Deny),
+            call_rule(None, Some("search"), Decision::Allow),
+            rule(Some("fs"), "file:///*", Some(Decision::Allow), None),
+        ]);
+        let none = ToolHints::default();
+        let read_only = ToolHints {
+            read_only: Some(true),
+            destructive: None,
+        };
+        let destructive = ToolHints {
+            read_only: Some(false),
+            destructive: Some(true),
+        };
+        assert_eq!(
+            p.decide_call("fs", "write_file", read_only),
+            (Decision::Deny, DecidedBy::Rule(0))
+        );
+        assert_eq!(
+            p.decide_call("kb", "write_file", none),
+            (Decision::Allow, DecidedBy::Default)
+        );
+        assert_eq!(
+            p.decide_call("kb", "search", destructive),
+            (Decision::Allow, DecidedBy::Rule(1))
+        );
+        assert_eq!(
+            p.decide_call("kb", "drop", destructive),
+            (Decision::Ask, DecidedBy::DestructiveTool)
+        );
+        assert_eq!(
+            p.decide_call("kb", "list", read_only),
+            (Decision::Allow, DecidedBy::ReadOnlyTool)
+        );
+        // A read rule never decides a call, nor a call rule a read.
+        assert_eq!(
+            p.decide("fs", "file:///x", ReadOrigin::Host).1,
+            DecidedBy::Rule(2)
+        );
+        assert_eq!(
+            p.decide("fs", "write_x", ReadOrigin::Host).1,
+            DecidedBy::Default
+        );
+        assert_eq!(
+            p.describe(DecidedBy::Rule(0), Subject::Call),
+            "rules[0] (server fs, tool write_*)"
+        );
+    }
+
+    #[test]
+    fn call_rules_are_checked() {
+        let err = |r: ConsentRule| {
+            ConsentPolicy::new(ConsentConfig {
+                rules: vec![r],
+                ..ConsentConfig::default()
+            })
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+        };
+        assert!(
+            err(ConsentRule {
+                host: Some(Decision::Allow),
+                ..call_rule(None, Some("x"), Decision::Deny)
+            })
+            .contains("a rule with `tool` is about tool calls")
+        );
+        assert!(
+            err(ConsentRule {
+                uri: Some("kb://*".into()),
+                ..call_rule(None, None, Decision::Deny)
+            })
+            .contains("a rule with `uri` is about reads")
+        );
+        assert!(err(call_rule(None, Some("["), Decision::Deny)).contains("rules[0].tool"));
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub mod turn;
 
 pub use consent::{
     Approver, Consent, ConsentAnswer, ConsentConfig, ConsentPolicy, ConsentRequest, ConsentRule,
-    Decision, ReadOrigin, Verdict,
+    Decision, ReadOrigin, ToolCallRequest, Verdict, cap_json,
 };
 pub use context::{
     ArgumentValue, Attachment, AttachmentTarget, BlockBody, BlockSource, ContextBlock,
@@ -61,17 +61,19 @@ pub use run::{
 pub use source::{
     Annotations, Completion, CompletionRef, ListCounts, McpSource, Prompt, PromptArgument,
     PromptMessage, PromptResult, Resource, ResourceContents, ResourceRead, ResourceTemplate, Role,
-    ServerCapabilities, ServerInfo, ServerStatus, Tool, ToolCallResult, ToolContent,
+    ServerCapabilities, ServerInfo, ServerStatus, Tool, ToolCallResult, ToolContent, ToolHints,
 };
 pub use stage::{Stage, StageOutcome};
 pub use store::{
-    AttachmentStore, ConsentGrant, HistoryQuery, InjectionRecord, MemoryStore, NewPin, Pin,
-    PinOwner, Pruned, StoreError,
+    AttachmentStore, ConsentGrant, GrantKind, HistoryQuery, InjectionRecord, MemoryStore, NewPin,
+    Pin, PinOwner, Pruned, StoreError, ToolCallEntry,
 };
 pub use summarize::{SummarizeError, Summarizer};
 pub use tokens::{Encoding, Tokenizer, Truncation};
-pub use tool::{ToolError, ToolExecutor, ToolOrigin, ToolSpec};
-pub use trace::{PassageRecord, ReadRecord, ReadSink, Trace, TraceEvent, TraceRecord};
+pub use tool::{ToolError, ToolExecutor, ToolFilter, ToolOrigin, ToolSpec};
+pub use trace::{
+    CallOrigin, PassageRecord, ReadRecord, ReadSink, ToolCallRecord, Trace, TraceEvent, TraceRecord,
+};
 pub use turn::{BoundServer, HistoryMessage, Turn, TurnIds, UserMessage, Variables};
 
 #[doc(hidden)]

@@ -227,6 +227,43 @@ impl Pipeline {
         }
     }
 
+    /// Writes the turn's tool calls from the `from`-th on to the store's history.
+    async fn record_calls(&self, ids: &crate::turn::TurnIds, trace: &mut Trace, from: usize) {
+        let Some(store) = &self.store else { return };
+        let calls: Vec<crate::store::ToolCallEntry> = trace
+            .tool_calls()
+            .enumerate()
+            .skip(from)
+            .map(|(seq, call)| crate::store::ToolCallEntry {
+                turn_id: trace.turn_id().to_owned(),
+                seq: u32::try_from(seq).unwrap_or(u32::MAX),
+                at_ms: trace.started_at_ms(),
+                pipeline: self.id.clone(),
+                conversation: ids.conversation.clone(),
+                message: Some(ids.message.clone()).filter(|m| !m.is_empty()),
+                call: call.clone(),
+            })
+            .collect();
+        if calls.is_empty() {
+            return;
+        }
+        let result = tokio::time::timeout(Self::STORE_TIMEOUT, store.record_calls(&calls)).await;
+        let error = match result {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "attachment store {} did not answer within {} ms",
+                store.describe(),
+                Self::STORE_TIMEOUT.as_millis()
+            ),
+        };
+        tracing::warn!(turn = trace.turn_id(), error = %error, "tool call history not written");
+        trace.warn(format!(
+            "{} tool calls were not written to the history: {error}",
+            calls.len()
+        ));
+    }
+
     /// Writes the turn's resource reads from the `from`-th on to the store's history.
     async fn record_reads(&self, ids: &crate::turn::TurnIds, trace: &mut Trace, from: usize) {
         let Some(store) = &self.store else { return };
@@ -361,10 +398,11 @@ impl Pipeline {
                 )),
             },
         };
-        // The model's own reads (read_resource) happened during the runner.
-        let before = trace.reads().count();
-        if trace.collect_reads() > 0 {
-            self.record_reads(&request.ids, &mut trace, before).await;
+        // The model's own reads (read_resource) and tool calls happened during the runner.
+        let (reads, calls) = (trace.reads().count(), trace.tool_calls().count());
+        if trace.collect_reported() > 0 {
+            self.record_reads(&request.ids, &mut trace, reads).await;
+            self.record_calls(&request.ids, &mut trace, calls).await;
         }
         let (reply, run, failed, error) = match result {
             Ok(run) => (run.text.clone(), Some(run), false, None),

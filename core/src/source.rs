@@ -263,6 +263,21 @@ pub struct Tool {
     pub description: Option<String>,
     /// JSON Schema of the arguments (a JSON object schema).
     pub input_schema: serde_json::Value,
+    /// What the server says the tool does (MCP spec 2025-11-25, "Tool annotations"):
+    /// hints, not guarantees.
+    #[serde(default)]
+    pub annotations: ToolHints,
+}
+
+/// A tool's behaviour hints (MCP `ToolAnnotations`), as the server gave them: `None`
+/// where it said nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolHints {
+    /// `readOnlyHint`: it does not modify its environment (the spec's default: false).
+    pub read_only: Option<bool>,
+    /// `destructiveHint`: it may perform destructive updates (the spec's default: true,
+    /// meaningful only when not read-only).
+    pub destructive: Option<bool>,
 }
 
 /// A prompt argument.

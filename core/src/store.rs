@@ -245,6 +245,19 @@ impl HistoryQuery {
             && self.until_ms.is_none_or(|t| r.at_ms < t)
             && (!self.errors_only || r.read.error.is_some())
     }
+
+    /// Whether `c` passes the filters (`errors_only`: calls that failed, were withheld or
+    /// that the tool reported as errors).
+    pub fn matches_call(&self, c: &ToolCallEntry) -> bool {
+        self.conversation
+            .as_ref()
+            .is_none_or(|x| c.conversation.as_ref() == Some(x))
+            && self.pipeline.as_ref().is_none_or(|p| &c.pipeline == p)
+            && self.server.as_ref().is_none_or(|s| &c.call.server == s)
+            && self.since_ms.is_none_or(|t| c.at_ms >= t)
+            && self.until_ms.is_none_or(|t| c.at_ms < t)
+            && (!self.errors_only || c.call.is_error)
+    }
 }
 
 /// The most history records one [`AttachmentStore::prune`] call deletes.
@@ -304,6 +317,47 @@ impl StoreError {
     }
 }
 
+/// One tool call of a turn, as the history keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallEntry {
+    /// The turn ([`Trace::turn_id`](crate::Trace::turn_id)).
+    pub turn_id: String,
+    /// The call's place among the turn's tool calls, from 0.
+    pub seq: u32,
+    /// When the turn started (Unix ms).
+    pub at_ms: i64,
+    /// The pipeline.
+    pub pipeline: String,
+    /// The conversation, if any.
+    pub conversation: Option<String>,
+    /// The message id, if any.
+    pub message: Option<String>,
+    /// The call.
+    pub call: crate::trace::ToolCallRecord,
+}
+
+impl ToolCallEntry {
+    /// Checks the ids' lengths.
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] for an id over [`MAX_ID_BYTES`].
+    pub fn validate(&self) -> Result<(), StoreError> {
+        for (what, id) in [
+            ("pipeline", Some(&self.pipeline)),
+            ("conversation", self.conversation.as_ref()),
+            ("message", self.message.as_ref()),
+            ("server", Some(&self.call.server)),
+        ] {
+            if id.is_some_and(|id| id.len() > MAX_ID_BYTES) {
+                return Err(StoreError::invalid(format!(
+                    "{what} id is over {MAX_ID_BYTES} bytes"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// An "allow for this conversation" answer ([`ConsentAnswer::AllowConversation`](crate::ConsentAnswer::AllowConversation)):
 /// the pipeline's consent gate does not ask again for the same server, URI and origin
 /// in that conversation. Kept by the store, so that every worker sharing it honours the
@@ -316,10 +370,34 @@ pub struct ConsentGrant {
     pub conversation: String,
     /// The MCP server.
     pub server: String,
-    /// The resource URI.
+    /// The resource URI; for a tool call, the tool's name as its server lists it.
     pub uri: String,
     /// Whose read: attached (host) or asked for by the model.
     pub origin: crate::consent::ReadOrigin,
+    /// A read, or a tool call.
+    #[serde(default)]
+    pub kind: GrantKind,
+}
+
+/// What a [`ConsentGrant`] allows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantKind {
+    /// Reading a resource.
+    #[default]
+    Read,
+    /// Calling a tool.
+    Call,
+}
+
+impl GrantKind {
+    /// `read` or `call`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Call => "call",
+        }
+    }
 }
 
 impl ConsentGrant {
@@ -430,6 +508,26 @@ pub trait AttachmentStore: Send + Sync {
         let _ = grant;
         Ok(false)
     }
+
+    /// Appends tool calls to the history. The default keeps nothing (a store written
+    /// before tool calls were audited).
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] for ids over [`MAX_ID_BYTES`], or a database error.
+    async fn record_calls(&self, calls: &[ToolCallEntry]) -> Result<(), StoreError> {
+        let _ = calls;
+        Ok(())
+    }
+
+    /// Tool calls matching `query`, newest turn first, in call order within a turn. The
+    /// default: none.
+    ///
+    /// # Errors
+    /// A database error.
+    async fn call_history(&self, query: &HistoryQuery) -> Result<Vec<ToolCallEntry>, StoreError> {
+        let _ = query;
+        Ok(Vec::new())
+    }
 }
 
 /// An [`AttachmentStore`] in memory: nothing survives the process.
@@ -442,6 +540,7 @@ pub struct MemoryStore {
 struct MemoryInner {
     pins: Vec<Pin>,
     records: Vec<InjectionRecord>,
+    calls: Vec<ToolCallEntry>,
     grants: std::collections::HashSet<ConsentGrant>,
 }
 
@@ -562,12 +661,44 @@ impl AttachmentStore for MemoryStore {
             .collect())
     }
 
+    async fn record_calls(&self, calls: &[ToolCallEntry]) -> Result<(), StoreError> {
+        for c in calls {
+            c.validate()?;
+        }
+        self.lock().calls.extend_from_slice(calls);
+        Ok(())
+    }
+
+    async fn call_history(&self, query: &HistoryQuery) -> Result<Vec<ToolCallEntry>, StoreError> {
+        let inner = self.lock();
+        let mut out: Vec<ToolCallEntry> = inner
+            .calls
+            .iter()
+            .filter(|c| query.matches_call(c))
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| {
+            b.at_ms
+                .cmp(&a.at_ms)
+                .then_with(|| b.turn_id.cmp(&a.turn_id))
+                .then_with(|| a.seq.cmp(&b.seq))
+        });
+        Ok(out
+            .into_iter()
+            .skip(query.offset as usize)
+            .take(query.limit.min(HistoryQuery::MAX_LIMIT) as usize)
+            .collect())
+    }
+
     async fn prune(
         &self,
         now_ms: i64,
         records_before_ms: Option<i64>,
     ) -> Result<Pruned, StoreError> {
         let mut inner = self.lock();
+        if let Some(cut) = records_before_ms {
+            inner.calls.retain(|c| c.at_ms >= cut);
+        }
         let (pins, records) = (inner.pins.len(), inner.records.len());
         inner.pins.retain(|p| p.is_live(now_ms));
         if let Some(cut) = records_before_ms {
@@ -884,6 +1015,7 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
         server: "kb".into(),
         uri: format!("kb://secret/{}", "x".repeat(4000)),
         origin: crate::consent::ReadOrigin::Host,
+        kind: GrantKind::Read,
     };
     expect(
         "not granted yet",
@@ -908,6 +1040,11 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
         },
         ConsentGrant {
             uri: "kb://secret/y".into(),
+            ..grant.clone()
+        },
+        // Calling a tool named like the URI is another grant.
+        ConsentGrant {
+            kind: GrantKind::Call,
             ..grant.clone()
         },
     ] {

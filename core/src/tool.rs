@@ -1,7 +1,10 @@
 //! Tools offered to the model and the executor that runs the model's calls.
 
 use async_trait::async_trait;
+use globset::{GlobBuilder, GlobMatcher};
 use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
 
 use crate::source::ToolCallResult;
 
@@ -35,6 +38,54 @@ pub struct ToolSpec {
     pub origin: ToolOrigin,
 }
 
+/// Which tools a pipeline offers the model: `include` and `exclude` globs over the names
+/// the model sees (`server__tool`, and the exploration tools' `list_resources`,
+/// `read_resource`). `*` matches any run of characters, `?` one, `[a-z]` a class,
+/// `{a,b}` alternatives. No `include` offers every tool; `exclude` wins over `include`.
+#[derive(Debug, Clone, Default)]
+pub struct ToolFilter {
+    include: Vec<GlobMatcher>,
+    exclude: Vec<GlobMatcher>,
+}
+
+impl ToolFilter {
+    /// The filter of `include` and `exclude`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] at `include[i]` or `exclude[i]` for a glob that does not compile.
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, ConfigError> {
+        let compile = |key: &str, patterns: &[String]| -> Result<Vec<GlobMatcher>, ConfigError> {
+            patterns
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    GlobBuilder::new(p)
+                        .literal_separator(false)
+                        .backslash_escape(true)
+                        .build()
+                        .map(|g| g.compile_matcher())
+                        .map_err(|e| {
+                            ConfigError::new(
+                                format!("{key}[{i}]"),
+                                format!("`{p}` is not a valid glob: {}", e.kind()),
+                            )
+                        })
+                })
+                .collect()
+        };
+        Ok(Self {
+            include: compile("include", include)?,
+            exclude: compile("exclude", exclude)?,
+        })
+    }
+
+    /// Whether the tool the model would see as `name` is offered.
+    pub fn offers(&self, name: &str) -> bool {
+        (self.include.is_empty() || self.include.iter().any(|g| g.is_match(name)))
+            && !self.exclude.iter().any(|g| g.is_match(name))
+    }
+}
+
 /// A tool call the executor could not carry out.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -52,6 +103,12 @@ pub enum ToolError {
         tool: String,
         /// What was wrong.
         message: String,
+    },
+    /// The pipeline does not offer this tool (`tool_assembly.include` / `exclude`).
+    #[error("tool `{name}` is not offered by this pipeline (tool_assembly.include and exclude)")]
+    NotOffered {
+        /// The name the model would see.
+        name: String,
     },
     /// The call named a server that is not bound for this turn.
     #[error("server `{server}` is not bound for this turn; bound servers: {}", if allowed.is_empty() { "(none)".to_owned() } else { allowed.join(", ") })]

@@ -54,6 +54,62 @@ pub struct ReadRecord {
     pub reason: Option<String>,
 }
 
+/// Who made a tool call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallOrigin {
+    /// The model, in a runner's tool loop.
+    #[default]
+    Model,
+    /// A caller of the HTTP API (`POST /v1/servers/{server}/tools/{name}/call`).
+    Api,
+    /// A remote agent, through the turn's tool endpoint (remote runner protocol v2).
+    Agent,
+}
+
+impl CallOrigin {
+    /// `model`, `api` or `agent`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Model => "model",
+            Self::Api => "api",
+            Self::Agent => "agent",
+        }
+    }
+}
+
+/// One tool call and what came of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    /// The MCP server.
+    pub server: String,
+    /// The tool's name as its server lists it.
+    pub tool: String,
+    /// The name the model saw (`server__tool`).
+    pub name: String,
+    /// The arguments (JSON), capped at
+    /// [`ToolCallRequest::MAX_ARGUMENT_BYTES`](crate::ToolCallRequest::MAX_ARGUMENT_BYTES).
+    pub arguments: serde_json::Value,
+    /// Bytes of the result's content (text as UTF-8, blobs decoded); 0 when the call was
+    /// withheld or failed.
+    pub result_bytes: usize,
+    /// Tokens of the result's text as the model got it (after any truncation).
+    pub result_tokens: usize,
+    /// The tool reported an error, or the call failed or was withheld.
+    pub is_error: bool,
+    /// Why the call failed or was withheld (not the tool's own error text).
+    #[serde(default)]
+    pub error: Option<String>,
+    /// How long the call took, in milliseconds.
+    pub elapsed_ms: u64,
+    /// The consent decision, when the pipeline has a consent policy.
+    #[serde(default)]
+    pub consent: Option<String>,
+    /// Who made it.
+    #[serde(default)]
+    pub origin: CallOrigin,
+}
+
 /// One passage of a resource that went to the model (docs/configuration.md, "How
 /// resources are fitted").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,6 +162,8 @@ pub enum TraceEvent {
     },
     /// A resource was read (or the read failed).
     ResourceRead(ReadRecord),
+    /// A tool was called (or the call was withheld or failed).
+    ToolCall(ToolCallRecord),
     /// Tools were assembled.
     ToolsAssembled {
         /// Tools offered, exploration tools included.
@@ -143,21 +201,30 @@ pub struct TraceRecord {
 }
 
 /// Where code that runs outside the stages (the model's tool calls, during the runner)
-/// reports its resource reads; [`Trace::collect_reads`] moves them into the trace.
-/// Cloning shares the sink.
+/// reports its resource reads and tool calls; [`Trace::collect_reported`] moves them
+/// into the trace. Cloning shares the sink.
 #[derive(Debug, Clone, Default)]
-pub struct ReadSink(std::sync::Arc<std::sync::Mutex<Vec<ReadRecord>>>);
+pub struct ReadSink(std::sync::Arc<std::sync::Mutex<Vec<TraceEvent>>>);
 
 impl ReadSink {
     /// Reports a read.
     pub fn push(&self, record: ReadRecord) {
+        self.report(TraceEvent::ResourceRead(record));
+    }
+
+    /// Reports a tool call.
+    pub fn push_call(&self, record: ToolCallRecord) {
+        self.report(TraceEvent::ToolCall(record));
+    }
+
+    fn report(&self, event: TraceEvent) {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(record);
+            .push(event);
     }
 
-    fn take(&self) -> Vec<ReadRecord> {
+    fn take(&self) -> Vec<TraceEvent> {
         std::mem::take(
             &mut *self
                 .0
@@ -208,15 +275,23 @@ impl Trace {
         self.sink.clone()
     }
 
-    /// Moves the reads reported to [`Trace::read_sink`] into the trace, as
-    /// [`TraceEvent::ResourceRead`] records; returns how many.
-    pub fn collect_reads(&mut self) -> usize {
-        let reads = self.sink.take();
-        let n = reads.len();
-        for r in reads {
-            self.record(TraceEvent::ResourceRead(r));
+    /// Moves the reads and tool calls reported to [`Trace::read_sink`] into the trace;
+    /// returns how many.
+    pub fn collect_reported(&mut self) -> usize {
+        let events = self.sink.take();
+        let n = events.len();
+        for e in events {
+            self.record(e);
         }
         n
+    }
+
+    /// The tool calls, oldest first.
+    pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCallRecord> {
+        self.records.iter().filter_map(|r| match &r.event {
+            TraceEvent::ToolCall(c) => Some(c),
+            _ => None,
+        })
     }
 
     /// When the turn started (Unix ms).

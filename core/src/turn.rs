@@ -203,6 +203,7 @@ impl Turn {
             uri: uri.to_owned(),
             origin,
             reason: reason.into(),
+            tool: None,
         }
     }
 

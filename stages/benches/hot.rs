@@ -113,6 +113,7 @@ fn items(docs: &[String]) -> Vec<Item> {
             mime_type: Some("text/markdown".into()),
             converted: Converted::Text(d.clone()),
             must: false,
+            must_scope: Scope::Pipeline,
             priority: 0.5,
             strategy: Strategy::Auto,
             text_hash: None,

@@ -633,6 +633,9 @@ struct Planned {
     strategy: Strategy,
     /// Marked `must` in the config (or priority 1.0 in the listing, see [`Planned::must`]).
     must: bool,
+    /// The widest scope it was marked `must` at: a must the pipeline's config made leaves
+    /// room for the user's own attachments even when the user attached it too.
+    must_scope: Scope,
     /// Contents that came with the attachment (nothing to read).
     embedded: Option<ResourceContents>,
     /// The consent decision, when the pipeline has a policy.
@@ -775,7 +778,14 @@ impl Stage for ResourceContextInjection {
                     ));
                 }
                 // A `must` at any scope holds for the one read.
-                kept.must |= options.must;
+                if options.must {
+                    kept.must_scope = if kept.must {
+                        kept.must_scope.min(source.scope)
+                    } else {
+                        source.scope
+                    };
+                    kept.must = true;
+                }
                 continue;
             }
             let embedded = match &a.target {
@@ -787,6 +797,7 @@ impl Stage for ResourceContextInjection {
                 _ => Listed::default(),
             };
             planned.push(Planned {
+                must_scope: source.scope,
                 source,
                 uri,
                 listed,
@@ -906,6 +917,7 @@ impl Stage for ResourceContextInjection {
                 elapsed_ms,
             } = f;
             let must = p.must || p.listed.priority() >= 1.0;
+            let must_scope = if p.must { p.must_scope } else { p.source.scope };
             let priority = p.listed.priority();
             let failure = match (&p.uri, result) {
                 (Err(failure), _) => Err(Failure {
@@ -941,6 +953,7 @@ impl Stage for ResourceContextInjection {
                             note,
                         },
                         must,
+                        must_scope,
                         priority,
                         strategy: p.strategy,
                         text_hash: None,
@@ -995,6 +1008,7 @@ impl Stage for ResourceContextInjection {
                             note,
                         },
                         must,
+                        must_scope,
                         priority,
                         strategy: p.strategy,
                         text_hash: None,
@@ -1070,6 +1084,7 @@ impl Stage for ResourceContextInjection {
                     mime_type: mime,
                     converted,
                     must,
+                    must_scope,
                     priority,
                     strategy: p.strategy,
                     text_hash,

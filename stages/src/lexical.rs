@@ -268,6 +268,10 @@ pub const CHINESE_STOP_WORDS: &[&str] = &[
     "有没有",
     "可不可以",
     "要不要",
+    "多大",
+    "多久",
+    "多长",
+    "多远",
     // Copula and auxiliaries.
     "是",
     "有",

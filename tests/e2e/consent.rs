@@ -159,7 +159,7 @@ rules = [{{ server = "kb", uri = "kb://secret/*", host = "deny", model = "deny" 
         text,
         "Support hours are 9 to 5, Monday to Friday. Refunds within 30 days."
     );
-    assert_eq!(trace.collect_reads(), 2);
+    assert_eq!(trace.collect_reported(), 2);
     let model: Vec<(&str, Option<&str>)> = trace
         .reads()
         .filter(|r| r.origin == ReadOrigin::Model)
@@ -260,6 +260,7 @@ rules = [{{ uri = "kb://public/*", host = "ask" }}]
             uri: "kb://public/handbook".into(),
             origin: ReadOrigin::Host,
             reason: "attached at message scope".into(),
+            tool: None,
         }
     );
 

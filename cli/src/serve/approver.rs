@@ -174,6 +174,7 @@ mod tests {
             uri: "kb://secret/plan".into(),
             origin: ReadOrigin::Host,
             reason: "attached at message scope".into(),
+            tool: None,
         }
     }
 

@@ -17,6 +17,30 @@ use std::time::Duration;
 use hostpipe_core::ConfigError;
 use serde::Deserialize;
 
+/// The environment variables a stdio server inherits from hostpipe without being named
+/// in its config: what the official MCP SDKs pass by default (the Python SDK's
+/// `get_default_environment`, the TypeScript SDK's `DEFAULT_INHERITED_ENV_VARS`). Nothing
+/// else of hostpipe's environment (API keys, tokens, the store's URL) reaches a server
+/// unless its config names it in `inherit_env` or sets it in `env`.
+#[cfg(not(windows))]
+pub const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
+
+/// See the non-Windows [`INHERITED_ENV`]; on Windows, the SDKs' Windows list.
+#[cfg(windows)]
+pub const INHERITED_ENV: &[&str] = &[
+    "APPDATA",
+    "HOMEDRIVE",
+    "HOMEPATH",
+    "LOCALAPPDATA",
+    "PATH",
+    "PROCESSOR_ARCHITECTURE",
+    "SYSTEMDRIVE",
+    "SYSTEMROOT",
+    "TEMP",
+    "USERNAME",
+    "USERPROFILE",
+];
+
 /// One entry as written in a config file. Unknown keys are kept in `other` and reported
 /// as warnings, since other clients add their own (`autoApprove`, `description`, …).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -30,9 +54,14 @@ pub struct RawServerEntry {
     /// stdio: its arguments.
     #[serde(default)]
     pub args: Vec<String>,
-    /// stdio: extra environment variables (the child inherits hostpipe's environment).
+    /// stdio: environment variables for the server, besides the few it inherits
+    /// ([`INHERITED_ENV`] and `inherit_env`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// stdio: names of hostpipe's environment variables the server may see, besides
+    /// [`INHERITED_ENV`] (`inheritEnv` in JSON, `inherit_env` in TOML).
+    #[serde(default, alias = "inherit_env")]
+    pub inherit_env: Vec<String>,
     /// stdio: working directory.
     pub cwd: Option<PathBuf>,
     /// streamable HTTP: the endpoint URL.
@@ -64,8 +93,11 @@ pub enum TransportConfig {
         command: String,
         /// Arguments.
         args: Vec<String>,
-        /// Extra environment.
+        /// Environment variables given to the server.
         env: BTreeMap<String, String>,
+        /// Names of hostpipe's own environment variables passed on, besides
+        /// [`INHERITED_ENV`].
+        inherit_env: Vec<String>,
         /// Working directory.
         cwd: Option<PathBuf>,
     },
@@ -108,6 +140,7 @@ impl ServerConfig {
                 command: command.into(),
                 args: args.into_iter().map(Into::into).collect(),
                 env: BTreeMap::new(),
+                inherit_env: Vec::new(),
                 cwd: None,
             },
             disabled: false,
@@ -153,10 +186,22 @@ impl ServerConfig {
                 if command.trim().is_empty() {
                     return Err(ConfigError::new("command", "must not be empty"));
                 }
+                if let Some((i, name)) = raw
+                    .inherit_env
+                    .iter()
+                    .enumerate()
+                    .find(|(_, n)| n.is_empty() || n.contains(['=', '\0']))
+                {
+                    return Err(ConfigError::new(
+                        format!("inherit_env[{i}]"),
+                        format!("`{name}` is not an environment variable name"),
+                    ));
+                }
                 TransportConfig::Stdio {
                     command,
                     args: raw.args,
                     env: raw.env,
+                    inherit_env: raw.inherit_env,
                     cwd: raw.cwd,
                 }
             }

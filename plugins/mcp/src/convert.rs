@@ -72,6 +72,13 @@ pub(crate) fn tool(t: m::Tool) -> Tool {
         title: t.title,
         description: t.description.map(|d| d.into_owned()),
         input_schema: serde_json::Value::Object((*t.input_schema).clone()),
+        annotations: t
+            .annotations
+            .map(|a| hostpipe_core::ToolHints {
+                read_only: a.read_only_hint,
+                destructive: a.destructive_hint,
+            })
+            .unwrap_or_default(),
     }
 }
 

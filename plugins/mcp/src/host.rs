@@ -36,9 +36,6 @@ use crate::convert;
 use crate::live::{self, Observed, Signal, Signals};
 use crate::stdio::LineLimited;
 
-/// Environment variables with this prefix are hostpipe's own (`HOSTPIPE_TOKEN`,
-/// `HOSTPIPE_STORE_URL`, …) and are not passed on to stdio servers.
-const HOSTPIPE_ENV_PREFIX: &str = "HOSTPIPE_";
 /// Host-wide limits. Every value is a default that a server's config may override where
 /// it says so.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1009,18 +1006,21 @@ async fn establish(
             command,
             args,
             env,
+            inherit_env,
             cwd,
         } => {
             let mut cmd = tokio::process::Command::new(command);
-            // hostpipe's own settings hold its secrets (API tokens, the store URL with its
-            // password): a server inherits the rest of the environment, never those,
-            // unless its config names them.
-            for (key, _) in std::env::vars_os() {
-                if key
-                    .to_str()
-                    .is_some_and(|k| k.starts_with(HOSTPIPE_ENV_PREFIX))
-                {
-                    cmd.env_remove(key);
+            // hostpipe's environment holds secrets (model API keys, its API tokens, the
+            // store URL with its password): a server gets the few variables the official
+            // SDKs pass, those its config names, and its own `env`; nothing else.
+            cmd.env_clear();
+            for name in crate::config::INHERITED_ENV
+                .iter()
+                .copied()
+                .chain(inherit_env.iter().map(String::as_str))
+            {
+                if let Some(value) = std::env::var_os(name) {
+                    cmd.env(name, value);
                 }
             }
             cmd.args(args)

@@ -33,8 +33,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hostpipe_core::store::{new_pin_id, unix_ms_now};
 use hostpipe_core::{
-    ArgumentValue, AttachmentStore, AttachmentTarget, ConsentGrant, HistoryQuery, InjectionRecord,
-    NewPin, Pin, PinOwner, Pruned, ReadOrigin, ReadRecord, Scope, StoreError,
+    ArgumentValue, AttachmentStore, AttachmentTarget, ConsentGrant, GrantKind, HistoryQuery,
+    InjectionRecord, NewPin, Pin, PinOwner, Pruned, ReadOrigin, ReadRecord, Scope, StoreError,
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -345,13 +345,21 @@ fn pin_key(owner: &PinOwner, server: &str, kind: &str, target: &str, arguments: 
 /// The key of a consent grant: XXH3-128 over its parts, each length-prefixed.
 fn grant_key(grant: &ConsentGrant) -> String {
     let mut input = Vec::new();
+    // A read's key is as it was before calls had grants (migration 4).
+    let kind = match grant.kind {
+        GrantKind::Read => None,
+        GrantKind::Call => Some("call"),
+    };
     for part in [
         grant.pipeline.as_str(),
         grant.conversation.as_str(),
         grant.server.as_str(),
         grant.uri.as_str(),
         origin_str(grant.origin),
-    ] {
+    ]
+    .into_iter()
+    .chain(kind)
+    {
         input.extend_from_slice(&(part.len() as u64).to_le_bytes());
         input.extend_from_slice(part.as_bytes());
     }
@@ -506,8 +514,8 @@ impl AttachmentStore for SqlStore {
         grant.validate()?;
         let query = sqlx::query(
             "INSERT INTO hostpipe_consent_grants \
-             (grant_key, pipeline, conversation, server, uri, origin, granted_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (grant_key) DO NOTHING",
+             (grant_key, pipeline, conversation, server, uri, origin, granted_at_ms, kind) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (grant_key) DO NOTHING",
         )
         .bind(grant_key(grant))
         .bind(grant.pipeline.clone())
@@ -515,7 +523,8 @@ impl AttachmentStore for SqlStore {
         .bind(grant.server.clone())
         .bind(grant.uri.clone())
         .bind(origin_str(grant.origin))
-        .bind(now_ms);
+        .bind(now_ms)
+        .bind(grant.kind.as_str());
         self.timed("grant", query.execute(&self.pool)).await?;
         Ok(())
     }

@@ -176,6 +176,9 @@ pub struct Item {
     pub converted: Converted,
     /// Must be included (priority 1.0 or `must = true`): served first.
     pub must: bool,
+    /// The widest scope that made it a must (its own scope for priority 1.0): narrower
+    /// attachments keep room for a passage.
+    pub must_scope: Scope,
     /// MCP `annotations.priority` in [0, 1] (0.5 when absent): breaks near-ties.
     pub priority: f32,
     /// Strategy for this item.
@@ -406,11 +409,21 @@ impl Shares {
                 must,
                 shrinkable: true,
                 min_useful: opts.min_block_tokens,
-                tier: members
-                    .iter()
-                    .map(|&i| items[i].source.scope as u8)
-                    .max()
-                    .unwrap_or(0),
+                // The musts' tier is the widest scope that made one a must; the rest's,
+                // the narrowest scope among them.
+                tier: if must {
+                    members
+                        .iter()
+                        .map(|&i| items[i].must_scope as u8)
+                        .min()
+                        .unwrap_or(0)
+                } else {
+                    members
+                        .iter()
+                        .map(|&i| items[i].source.scope as u8)
+                        .max()
+                        .unwrap_or(0)
+                },
                 // A must at a wider scope leaves the passages of a narrower attachment
                 // room for one passage (at most half the budget).
                 reserve: opts

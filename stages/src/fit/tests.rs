@@ -46,6 +46,7 @@ fn text_item(i: usize, text: String) -> Item {
         mime_type: Some("text/markdown".into()),
         converted: Converted::Text(text),
         must: false,
+        must_scope: Scope::Pipeline,
         priority: 0.5,
         strategy: Strategy::Auto,
         text_hash: None,
@@ -262,6 +263,32 @@ fn a_small_must_goes_in_whole_and_a_large_one_leaves_room_for_the_message() {
 }
 
 #[test]
+fn a_must_of_the_pipeline_the_user_also_attached_leaves_room_for_the_users_others() {
+    // The pipeline makes `ops` a must; the user attached it too, and a handbook.
+    let mut ops = text_item(0, filler("operations", 40, 1));
+    ops.must = true;
+    ops.source.scope = Scope::Message;
+    ops.must_scope = Scope::Pipeline;
+    let mut handbook = text_item(1, filler("travel", 30, 2));
+    handbook.source.scope = Scope::Message;
+    if let Converted::Text(t) = &mut handbook.converted {
+        t.push_str("## Refunds\n\nSupport staff may refund up to 100 EUR on their own.\n");
+    }
+    let out = run(
+        vec![ops, handbook],
+        600,
+        "How much may support staff refund?",
+        &[],
+    );
+    assert!(out.fitted[0].block.is_some());
+    assert!(
+        context(&out).contains("refund up to 100 EUR"),
+        "{}",
+        context(&out)
+    );
+}
+
+#[test]
 fn chinese_questions_find_chinese_passages() {
     let mut doc = String::from("# 指南\n\n本文介绍组件的用法。\n\n");
     for k in 0..40 {
@@ -474,6 +501,7 @@ proptest! {
                     Converted::Text(text)
                 },
                 must,
+                must_scope: Scope::Pipeline,
                 priority: 0.5,
                 text_hash: None,
                 strategy: strategies[s],
