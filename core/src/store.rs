@@ -1007,6 +1007,59 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
         vec!["kb://z".to_owned()],
     )?;
 
+    // Tool calls: kept with their arguments, filtered like reads, newest turn first.
+    let call = |turn: &str, at_ms: i64, seq: u32, conversation: &str, error: bool| ToolCallEntry {
+        turn_id: turn.into(),
+        seq,
+        at_ms,
+        pipeline: "p-1".into(),
+        conversation: Some(conversation.into()),
+        message: None,
+        call: crate::trace::ToolCallRecord {
+            server: "fs".into(),
+            tool: "write_file".into(),
+            name: "fs__write_file".into(),
+            arguments: serde_json::json!({"path": "/tmp/x", "content": "é"}),
+            result_bytes: 12,
+            result_tokens: 4,
+            is_error: error,
+            error: error.then(|| "withheld: denied by rules[0] (server fs, tool write_*)".into()),
+            elapsed_ms: 3,
+            consent: error.then(|| "denied by rules[0] (server fs, tool write_*)".into()),
+            origin: crate::trace::CallOrigin::Model,
+        },
+    };
+    store
+        .record_calls(&[
+            call("t-a", now - 20, 0, "c-1", false),
+            call("t-a", now - 20, 1, "c-1", true),
+            call("t-b", now - 10, 0, "c-2", false),
+        ])
+        .await
+        .map_err(e)?;
+    let calls = store
+        .call_history(&HistoryQuery::default())
+        .await
+        .map_err(e)?;
+    expect(
+        "tool calls, newest turn first, in call order",
+        calls
+            .iter()
+            .map(|c| (c.turn_id.as_str(), c.seq))
+            .collect::<Vec<_>>(),
+        vec![("t-b", 0), ("t-a", 0), ("t-a", 1)],
+    )?;
+    expect("a call kept whole", calls[2].clone(), call("t-a", now - 20, 1, "c-1", true))?;
+    let failed = store
+        .call_history(&HistoryQuery {
+            conversation: Some("c-1".into()),
+            errors_only: true,
+            ..HistoryQuery::default()
+        })
+        .await
+        .map_err(e)?;
+    expect("failed calls of c-1", failed.len(), 1)?;
+
     // Conversation grants: kept once, for exactly that pipeline, conversation, server,
     // URI and origin.
     let grant = ConsentGrant {

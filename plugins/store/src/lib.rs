@@ -34,7 +34,7 @@ use async_trait::async_trait;
 use hostpipe_core::store::{new_pin_id, unix_ms_now};
 use hostpipe_core::{
     ArgumentValue, AttachmentStore, AttachmentTarget, ConsentGrant, GrantKind, HistoryQuery,
-    InjectionRecord, NewPin, Pin, PinOwner, Pruned, ReadOrigin, ReadRecord, Scope, StoreError,
+    InjectionRecord, ToolCallEntry, NewPin, Pin, PinOwner, Pruned, ReadOrigin, ReadRecord, Scope, StoreError,
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -44,7 +44,7 @@ use sqlx::{
 };
 
 /// The schema migrations, in order. Never edit one that has shipped: add the next.
-const MIGRATIONS: [(i64, &str, &str); 3] = [
+const MIGRATIONS: [(i64, &str, &str); 4] = [
     (
         1,
         "pins and read history",
@@ -59,6 +59,11 @@ const MIGRATIONS: [(i64, &str, &str); 3] = [
         3,
         "read passages",
         include_str!("../migrations/0003_read_passages.sql"),
+    ),
+    (
+        4,
+        "tool calls",
+        include_str!("../migrations/0004_tool_calls.sql"),
     ),
 ];
 
@@ -639,6 +644,14 @@ impl AttachmentStore for SqlStore {
         rows.iter().map(|r| self.record_from_row(r)).collect()
     }
 
+    async fn record_calls(&self, calls: &[ToolCallEntry]) -> Result<(), StoreError> {
+        self.insert_calls(calls).await
+    }
+
+    async fn call_history(&self, query: &HistoryQuery) -> Result<Vec<ToolCallEntry>, StoreError> {
+        self.select_calls(query).await
+    }
+
     async fn prune(
         &self,
         now_ms: i64,
@@ -664,6 +677,15 @@ impl AttachmentStore for SqlStore {
             }
             None => 0,
         };
+        if let Some(cut) = records_before_ms {
+            let q = sqlx::query(
+                "DELETE FROM hostpipe_tool_calls WHERE (turn_id, seq) IN \
+                 (SELECT turn_id, seq FROM hostpipe_tool_calls WHERE at_ms < $1 LIMIT $2)",
+            )
+            .bind(cut)
+            .bind(i64::try_from(hostpipe_core::store::PRUNE_BATCH).unwrap_or(i64::MAX));
+            self.timed("prune", q.execute(&self.pool)).await?;
+        }
         Ok(Pruned {
             pins: pins.rows_affected(),
             records,
@@ -815,5 +837,6 @@ fn error_text(e: &sqlx::Error) -> String {
     text
 }
 
+mod calls;
 #[cfg(test)]
 mod tests;
