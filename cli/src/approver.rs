@@ -82,11 +82,19 @@ impl TerminalApprover {
 impl Approver for TerminalApprover {
     async fn approve(&self, request: &ConsentRequest) -> ConsentAnswer {
         let mut lines = self.lines.lock().await;
-        let what = format!(
-            "{} from `{}`",
-            printable(&request.uri),
-            printable(&request.server)
-        );
+        let what = match &request.tool {
+            None => format!(
+                "{} from `{}`",
+                printable(&request.uri),
+                printable(&request.server)
+            ),
+            Some(t) => format!(
+                "tool `{}` of `{}` with {}",
+                printable(&t.name),
+                printable(&request.server),
+                printable(&hostpipe_core::cap_json(&t.arguments, 600).to_string())
+            ),
+        };
         if !self.open(&mut lines) {
             eprintln!(
                 "hostpipe: the consent policy asks about {what}, and there is no terminal to ask: denied"
@@ -109,8 +117,13 @@ impl Approver for TerminalApprover {
             ),
             None => (String::new(), "[o]nce or [N]o"),
         };
+        let verb = if request.tool.is_some() {
+            "call"
+        } else {
+            "read"
+        };
         let question = format!(
-            "\nhostpipe: {who} wants to read {what} ({}; pipeline `{}`{conversation}).\nAllow? {choices}: ",
+            "\nhostpipe: {who} wants to {verb} {what} ({}; pipeline `{}`{conversation}).\nAllow? {choices}: ",
             printable(&request.reason),
             printable(&request.pipeline)
         );

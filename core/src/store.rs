@@ -1049,7 +1049,11 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
             .collect::<Vec<_>>(),
         vec![("t-b", 0), ("t-a", 0), ("t-a", 1)],
     )?;
-    expect("a call kept whole", calls[2].clone(), call("t-a", now - 20, 1, "c-1", true))?;
+    expect(
+        "a call kept whole",
+        calls[2].clone(),
+        call("t-a", now - 20, 1, "c-1", true),
+    )?;
     let failed = store
         .call_history(&HistoryQuery {
             conversation: Some("c-1".into()),

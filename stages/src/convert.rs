@@ -3,10 +3,11 @@
 //! Rules:
 //! - text contents (`TextResourceContents`) are text;
 //! - a blob (`BlobResourceContents`) is text when its MIME type is textual (`text/*`,
-//!   JSON, XML, YAML, CSV, TOML, JavaScript, `+json`/`+xml`) and the listing did not
-//!   declare a binary type for it (server-everything's blob template declares
-//!   `application/octet-stream` and sends `text/plain` blobs: a conflict, kept binary),
-//!   or when no MIME type is given anywhere and the bytes are valid UTF-8;
+//!   JSON, XML, YAML, CSV, TOML, JavaScript, `+json`/`+xml`), or when no MIME type is
+//!   given anywhere and the bytes are valid UTF-8. The MIME type the read result gives
+//!   wins over the listing's or the template's declaration: it describes the bytes that
+//!   came (server-everything's blob template declares `application/octet-stream` and
+//!   sends `text/plain` blobs: text);
 //! - an image blob (`image/png`, `image/jpeg`, `image/gif`, `image/webp`) is decoded
 //!   under explicit limits (a decompression bomb is refused before decoding); for a model
 //!   with vision it is downscaled to the profile's limits and re-encoded, otherwise it
@@ -175,11 +176,8 @@ pub fn convert(
             mime_type,
             data,
         } => {
-            let listed_binary = meta.listed_mime.as_deref().is_some_and(|m| !is_textual(m));
             match mime_type.as_deref().or(meta.listed_mime.as_deref()) {
-                Some(m) if is_textual(m) && !listed_binary => {
-                    return text_or_binary(uri, m, data, meta);
-                }
+                Some(m) if is_textual(m) => return text_or_binary(uri, m, data, meta),
                 None => return text_or_binary(uri, "application/octet-stream", data, meta),
                 Some(m) if is_image(m) => return image(&uri, m, data, meta, model, limits),
                 _ => {}
@@ -188,7 +186,8 @@ pub fn convert(
             Converted::Fallback {
                 reason: FallbackReason::Binary,
                 note: format!(
-                    "[binary resource {uri} not shown {}]",
+                    "[binary resource {uri} not shown: {} is not text {}]",
+                    essence(&mime),
                     describe(meta, &mime, data.len(), None)
                 ),
             }
@@ -214,7 +213,7 @@ fn text_or_binary(uri: String, mime: &str, data: Vec<u8>, meta: &ResourceMeta) -
         Err(e) => Converted::Fallback {
             reason: FallbackReason::Binary,
             note: format!(
-                "[binary resource {uri} not shown, not UTF-8 text {}]",
+                "[binary resource {uri} not shown: its bytes are not UTF-8 text {}]",
                 describe(meta, mime, e.as_bytes().len(), None)
             ),
         },
@@ -363,7 +362,7 @@ mod tests {
     }
 
     #[test]
-    fn textual_blobs_are_text_unless_the_listing_says_binary() {
+    fn the_read_results_mime_type_wins_over_the_listings() {
         let m = ModelProfile::default();
         assert_eq!(
             conv(blob(Some("application/json"), b"{}".to_vec()), &m),
@@ -383,11 +382,25 @@ mod tests {
             &m,
             &ConvertLimits::default(),
         );
+        // The template declares octet-stream; the read says text/plain: it is text.
+        assert_eq!(c, Converted::Text("hello".into()));
+        // And the other way round: a PDF listed as text is still a PDF, and the note
+        // says why it is not shown.
+        let meta = ResourceMeta {
+            listed_mime: Some("text/plain".into()),
+            ..ResourceMeta::default()
+        };
+        let c = convert(
+            blob(Some("application/pdf"), b"%PDF-1.4".to_vec()),
+            &meta,
+            &m,
+            &ConvertLimits::default(),
+        );
         assert_eq!(
             c,
             Converted::Fallback {
                 reason: FallbackReason::Binary,
-                note: "[binary resource x://b not shown (text/plain, 5 bytes)]".into()
+                note: "[binary resource x://b not shown: application/pdf is not text (application/pdf, 8 bytes)]".into()
             }
         );
     }
@@ -414,7 +427,7 @@ mod tests {
             c,
             Converted::Fallback {
                 reason: FallbackReason::Binary,
-                note: "[binary resource x://b not shown, not UTF-8 text (application/octet-stream, 4 bytes)]".into()
+                note: "[binary resource x://b not shown: its bytes are not UTF-8 text (application/octet-stream, 4 bytes)]".into()
             }
         );
     }

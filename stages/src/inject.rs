@@ -30,9 +30,10 @@ use hostpipe_core::{
 use serde::Deserialize;
 
 use crate::config::parse_section;
-use crate::convert::{ConvertLimits, Converted, ResourceMeta, convert};
+use crate::convert::{ConvertLimits, Converted};
 use crate::fit::{Caches, FitOptions, FitQuery, Item, Strategy, content_hash, fit};
 use crate::lexical::{Analyzer, Language};
+use crate::reader::{Listed, ReadPolicy, convert_item};
 use crate::retrieval::Retrieval;
 use crate::summarize::ExtractiveSummarizer;
 use crate::uri_template;
@@ -161,25 +162,25 @@ impl Default for InjectConfig {
     }
 }
 
-fn mime_matches(pattern: &str, mime: &str) -> bool {
-    let essence = mime
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    let pattern = pattern.to_ascii_lowercase();
-    match pattern.strip_suffix("/*") {
-        Some(top) => essence.split('/').next() == Some(top),
-        None => essence == pattern,
-    }
-}
-
 impl InjectConfig {
+    /// The rules for resources that reach the model ([`ReadPolicy`]): they hold for the
+    /// model's own reads too.
+    pub fn read_policy(&self) -> ReadPolicy {
+        ReadPolicy {
+            mime_allow: self.mime_allow.clone(),
+            mime_deny: self.mime_deny.clone(),
+            max_resource_bytes: self.max_resource_bytes,
+            max_turn_bytes: self.max_turn_bytes,
+            limits: ConvertLimits {
+                max_image_pixels: self.max_image_pixels,
+                ..ConvertLimits::default()
+            },
+        }
+    }
+
     /// Whether the MIME policy lets `mime` through.
     pub fn mime_allowed(&self, mime: &str) -> bool {
-        !self.mime_deny.iter().any(|p| mime_matches(p, mime))
-            && (self.mime_allow.is_empty() || self.mime_allow.iter().any(|p| mime_matches(p, mime)))
+        self.read_policy().mime_allowed(mime)
     }
 }
 
@@ -199,7 +200,8 @@ pub struct ResourceContextInjection {
     attachments: Vec<(Attachment, Options)>,
     mcp: Arc<dyn McpSource>,
     fit: FitOptions,
-    limits: ConvertLimits,
+    /// Published in every turn's extensions, for the model's own reads.
+    policy: Arc<ReadPolicy>,
 }
 
 impl ResourceContextInjection {
@@ -414,16 +416,12 @@ impl ResourceContextInjection {
             retrieval,
             caches: Arc::new(Caches::default()),
         };
-        let limits = ConvertLimits {
-            max_image_pixels: config.max_image_pixels,
-            ..ConvertLimits::default()
-        };
         Ok(Self {
+            policy: Arc::new(config.read_policy()),
             config,
             attachments,
             mcp,
             fit,
-            limits,
         })
     }
 
@@ -567,64 +565,6 @@ fn resolve(turn: &Turn, a: &Attachment) -> Resolved {
     Resolved { source, uri }
 }
 
-/// What the listing says about a resolved attachment.
-#[derive(Default)]
-struct Listed {
-    meta: ResourceMeta,
-    priority: Option<f32>,
-    last_modified: Option<String>,
-    user_only: bool,
-    size: Option<u64>,
-}
-
-impl Listed {
-    /// `annotations.priority` clamped to [0, 1] (MCP spec 2025-11-25, "Annotations"); 0.5
-    /// when absent or not a number.
-    fn priority(&self) -> f32 {
-        self.priority
-            .filter(|p| p.is_finite())
-            .map_or(0.5, |p| p.clamp(0.0, 1.0))
-    }
-
-    /// `annotations.lastModified` as milliseconds since the epoch; `None` (older than
-    /// any date) when absent or not ISO 8601 / RFC 3339.
-    fn last_modified_ms(&self) -> Option<i64> {
-        let raw = self.last_modified.as_deref()?;
-        chrono::DateTime::parse_from_rfc3339(raw.trim())
-            .ok()
-            .map(|t| t.timestamp_millis())
-    }
-}
-
-async fn listed(mcp: &dyn McpSource, source: &BlockSource, uri: &str) -> Listed {
-    let mut out = Listed::default();
-    if let Some(t) = &source.template {
-        if let Ok(templates) = mcp.list_resource_templates(&source.server).await
-            && let Some(t) = templates.iter().find(|x| x.uri_template == t.uri_template)
-        {
-            out.meta = ResourceMeta::of_template(t);
-            if let Some(a) = &t.annotations {
-                out.priority = a.priority;
-                out.last_modified.clone_from(&a.last_modified);
-                out.user_only = a.is_user_only();
-            }
-        }
-        return out;
-    }
-    if let Ok(resources) = mcp.list_resources(&source.server).await
-        && let Some(r) = resources.iter().find(|r| r.uri == uri)
-    {
-        out.meta = ResourceMeta::of_resource(r);
-        out.size = r.size;
-        if let Some(a) = &r.annotations {
-            out.priority = a.priority;
-            out.last_modified.clone_from(&a.last_modified);
-            out.user_only = a.is_user_only();
-        }
-    }
-    out
-}
-
 /// One attachment, resolved and looked up, in rank order.
 struct Planned {
     source: BlockSource,
@@ -725,6 +665,8 @@ fn record(
 #[async_trait]
 impl Stage for ResourceContextInjection {
     async fn process(&self, turn: &mut Turn) -> Result<StageOutcome, StageError> {
+        // The model's own reads (`read_resource`) follow the same rules.
+        turn.extensions.insert(Arc::clone(&self.policy));
         let tk = Tokenizer::new(turn.model.encoding).map_err(|e| StageError::msg(e.to_string()))?;
         let budget = self.budget(turn, &tk).await;
         turn.context_budget = Some(budget);
@@ -793,7 +735,15 @@ impl Stage for ResourceContextInjection {
                 _ => None,
             };
             let listed = match &uri {
-                Ok(u) if embedded.is_none() => listed(self.mcp.as_ref(), &source, u).await,
+                Ok(u) if embedded.is_none() => {
+                    Listed::of(
+                        self.mcp.as_ref(),
+                        &source.server,
+                        u,
+                        source.template.as_ref(),
+                    )
+                    .await
+                }
                 _ => Listed::default(),
             };
             planned.push(Planned {
@@ -842,43 +792,18 @@ impl Stage for ResourceContextInjection {
         }
         // Policy before any read: audience, MIME type, size.
         let mut records = Vec::new();
-        planned.retain(|p| {
-            let why = if p.listed.user_only {
-                Some("its audience is the user only".to_owned())
-            } else if let Some(m) = p
-                .listed
-                .meta
-                .listed_mime
-                .as_deref()
-                .filter(|m| !self.config.mime_allowed(m))
-            {
-                Some(format!(
-                    "MIME type {m} is not allowed by the pipeline's policy"
-                ))
-            } else {
-                p.listed
-                    .size
-                    .filter(|&s| s > self.config.max_resource_bytes as u64)
-                    .map(|s| {
-                        format!(
-                            "{s} bytes is over max_resource_bytes ({})",
-                            self.config.max_resource_bytes
-                        )
-                    })
-            };
-            match why {
-                Some(why) => {
-                    records.push(record(
-                        &p.source,
-                        p.listed.meta.listed_mime.clone(),
-                        0,
-                        0,
-                        Some(format!("not read: {why}")),
-                    ));
-                    false
-                }
-                None => true,
+        planned.retain(|p| match self.policy.refuse_listed(&p.listed) {
+            Some(why) => {
+                records.push(record(
+                    &p.source,
+                    p.listed.meta.listed_mime.clone(),
+                    0,
+                    0,
+                    Some(format!("not read: {why}")),
+                ));
+                false
             }
+            None => true,
         });
         // Rank: scope, then priority, then lastModified (newer first); stable.
         planned.sort_by(|a, b| {
@@ -1022,21 +947,7 @@ impl Stage for ResourceContextInjection {
                     .map(str::to_owned)
                     .or_else(|| p.listed.meta.listed_mime.clone());
                 turn_bytes += bytes;
-                let refused = if bytes > self.config.max_resource_bytes {
-                    Some(format!(
-                        "{bytes} bytes is over max_resource_bytes ({})",
-                        self.config.max_resource_bytes
-                    ))
-                } else if turn_bytes > self.config.max_turn_bytes {
-                    Some(format!(
-                        "the turn has read {turn_bytes} bytes, over max_turn_bytes ({})",
-                        self.config.max_turn_bytes
-                    ))
-                } else {
-                    mime.as_deref()
-                        .filter(|m| !self.config.mime_allowed(m))
-                        .map(|m| format!("MIME type {m} is not allowed by the pipeline's policy"))
-                };
+                let refused = self.policy.refuse_item(bytes, turn_bytes, mime.as_deref());
                 let converted = match refused {
                     Some(error) => {
                         let note = format!(
@@ -1045,22 +956,7 @@ impl Stage for ResourceContextInjection {
                         );
                         Converted::Refused { error, note }
                     }
-                    // Decoding and scaling an image takes up to a few hundred ms: off the
-                    // async workers.
-                    None if mime.as_deref().is_some_and(crate::convert::is_image) => {
-                        let (meta, model, limits) = (
-                            p.listed.meta.clone(),
-                            Arc::clone(&model),
-                            self.limits.clone(),
-                        );
-                        tokio::task::spawn_blocking(move || convert(item, &meta, &model, &limits))
-                            .await
-                            .unwrap_or_else(|e| Converted::Refused {
-                                error: format!("image conversion failed: {e}"),
-                                note: "[image resource not shown: conversion failed]".into(),
-                            })
-                    }
-                    None => convert(item, &p.listed.meta, &model, &self.limits),
+                    None => convert_item(item, &p.listed.meta, &model, &self.policy.limits).await,
                 };
                 let mut text_hash = None;
                 if let Converted::Text(text) = &converted {

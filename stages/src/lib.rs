@@ -31,6 +31,7 @@ pub mod lexical;
 pub mod mentions;
 pub mod passage;
 pub mod prompt;
+pub mod reader;
 pub mod retrieval;
 pub mod summarize;
 mod tools;

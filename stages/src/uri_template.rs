@@ -31,6 +31,35 @@ pub enum TemplateError {
     },
 }
 
+/// Whether `uri` could be an expansion of `template` (RFC 6570): its literal parts in
+/// order, each expression standing for what its operator can produce (`{x}` a run
+/// without `/`, `?` or `#`; `{+x}` and `{#x}` anything; `{/x}` path segments; `{?x}` and
+/// `{&x}` a query). Used to find the template a URI the model read was made from, for
+/// its listing's name, MIME type and audience; a near miss only loses that description.
+pub fn matches(template: &str, uri: &str) -> bool {
+    let mut pattern = String::from("^");
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        pattern.push_str(&regex::escape(&rest[..open]));
+        let Some(close) = rest[open..].find('}') else {
+            return false;
+        };
+        let expr = &rest[open + 1..open + close];
+        pattern.push_str(match expr.chars().next() {
+            Some('+' | '#') => ".*",
+            Some('/') => "(?:/[^/?#]*)*",
+            Some('.') => r"(?:\.[^/?#.]*)*",
+            Some(';') => "(?:;[^/?#]*)*",
+            Some('?' | '&') => r"(?:[?&][^#]*)?",
+            _ => "[^/?#]*",
+        });
+        rest = &rest[open + close + 1..];
+    }
+    pattern.push_str(&regex::escape(rest));
+    pattern.push('$');
+    regex::Regex::new(&pattern).is_ok_and(|r| r.is_match(uri))
+}
+
 /// The variable names of `template`, in order of first appearance.
 ///
 /// # Errors
@@ -292,6 +321,18 @@ fn variables_of(t: &UriTemplateStr) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_uri_matches_the_template_it_was_expanded_from() {
+        use super::matches;
+        assert!(matches("demo://docs/{topic}", "demo://docs/deployment"));
+        assert!(!matches("demo://docs/{topic}", "demo://docs/a/b"));
+        assert!(matches("file:///{+path}", "file:///home/a/b.md"));
+        assert!(matches("kb://search{?q,lang}", "kb://search?q=x&lang=en"));
+        assert!(matches("kb://search{?q,lang}", "kb://search"));
+        assert!(!matches("kb://a/{x}", "kb://b/y"));
+        assert!(matches("s://{a}.{b}/{c}", "s://x.y/z"));
+    }
+
     use super::*;
 
     fn lit(pairs: &[(&str, &str)]) -> BTreeMap<String, ArgumentValue> {

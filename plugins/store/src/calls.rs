@@ -12,7 +12,9 @@ const COLUMNS: usize = 17;
 /// Rows per INSERT statement (17 × 500 stays under every driver's bind limit).
 const BATCH: usize = 500;
 
-fn insert(batch: &[ToolCallEntry]) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
+fn insert(
+    batch: &[ToolCallEntry],
+) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
     let mut sql = String::from(
         "INSERT INTO hostpipe_tool_calls (turn_id, seq, at_ms, pipeline, conversation, message, \
          server, tool, name, arguments, result_bytes, result_tokens, is_error, error, \

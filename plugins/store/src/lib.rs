@@ -34,7 +34,8 @@ use async_trait::async_trait;
 use hostpipe_core::store::{new_pin_id, unix_ms_now};
 use hostpipe_core::{
     ArgumentValue, AttachmentStore, AttachmentTarget, ConsentGrant, GrantKind, HistoryQuery,
-    InjectionRecord, ToolCallEntry, NewPin, Pin, PinOwner, Pruned, ReadOrigin, ReadRecord, Scope, StoreError,
+    InjectionRecord, NewPin, Pin, PinOwner, Pruned, ReadOrigin, ReadRecord, Scope, StoreError,
+    ToolCallEntry,
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};

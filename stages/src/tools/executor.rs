@@ -1,0 +1,503 @@
+//! [`BoundTools`]: runs the tool calls of one turn, under the pipeline's policy.
+//!
+//! Every call is checked, in order: the tool is offered (`tool_assembly.include` and
+//! `exclude`), its server is bound for the turn, and the consent gate allows it (rules
+//! that name the tool, else the tool's annotations; `ask` goes to the approver with the
+//! tool and its arguments). A call that is withheld never reaches the server, and the
+//! model is told it was withheld, not that it failed. Every call, run or not, is
+//! reported to the turn's [`ReadSink`] as a [`ToolCallRecord`]: it lands in the trace
+//! and the history.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use hostpipe_core::trace::ReadSink;
+use hostpipe_core::{
+    CallOrigin, Consent, ConsentRequest, McpSource, ModelProfile, ReadOrigin, ReadRecord,
+    ResourceContents, Scope, Tokenizer, ToolCallRecord, ToolCallRequest, ToolCallResult,
+    ToolContent, ToolError, ToolExecutor, ToolHints, ToolOrigin, Treatment, TruncationSide,
+    cap_json,
+};
+
+use super::{LIST_RESOURCES, READ_RESOURCE};
+use crate::convert::Converted;
+use crate::reader::{Listed, ReadPolicy, convert_item};
+
+/// Executes tool calls for one turn (see the module docs).
+pub struct BoundTools {
+    pub(super) mcp: Arc<dyn McpSource>,
+    pub(super) bound: Vec<String>,
+    /// The tools offered, by the name the model sees.
+    pub(super) routes: BTreeMap<String, ToolOrigin>,
+    /// Each offered MCP tool's annotations, by the name the model sees.
+    pub(super) hints: BTreeMap<String, ToolHints>,
+    /// Tools the bound servers list that the pipeline does not offer, by the name the
+    /// model would see.
+    pub(super) not_offered: std::collections::BTreeSet<String>,
+    pub(super) model: Arc<ModelProfile>,
+    pub(super) max_read_tokens: usize,
+    /// The pipeline's rules for resources ([`ReadPolicy`]).
+    pub(super) policy: Arc<ReadPolicy>,
+    pub(super) consent: Option<Arc<Consent>>,
+    /// The turn's ids for consent requests (server, URI or tool filled in per call).
+    pub(super) asker: ConsentRequest,
+    pub(super) deadline: Option<Instant>,
+    pub(super) reads: ReadSink,
+    pub(super) origin: CallOrigin,
+}
+
+/// What the model is told about a call the policy withheld.
+fn withheld(name: &str) -> ToolCallResult {
+    ToolCallResult {
+        content: vec![ToolContent::Text {
+            text: format!(
+                "[tool call `{name}` withheld: the pipeline's policy did not allow it, so it was not run]"
+            ),
+        }],
+        structured_content: None,
+        is_error: true,
+    }
+}
+
+/// Bytes of a result's content (text as UTF-8, blobs decoded) and tokens of its text.
+fn measure(result: &ToolCallResult, tk: Option<&Tokenizer>) -> (usize, usize) {
+    let mut texts: Vec<std::borrow::Cow<'_, str>> = Vec::new();
+    let mut bytes = 0;
+    for c in &result.content {
+        match c {
+            ToolContent::Text { text }
+            | ToolContent::Resource {
+                contents: ResourceContents::Text { text, .. },
+            } => texts.push(text.as_str().into()),
+            ToolContent::Image { data, .. } | ToolContent::Audio { data, .. } => {
+                bytes += data.len();
+            }
+            ToolContent::Resource { contents } => bytes += contents.byte_len(),
+            ToolContent::ResourceLink { resource } => bytes += resource.uri.len(),
+        }
+    }
+    if let Some(s) = &result.structured_content {
+        texts.push(s.to_string().into());
+    }
+    bytes += texts.iter().map(|t| t.len()).sum::<usize>();
+    let tokens = tk.map_or(0, |tk| texts.iter().map(|t| tk.count(t)).sum());
+    (bytes, tokens)
+}
+
+impl BoundTools {
+    /// A record of calling `tool` on `server` as `name`, not yet run.
+    fn record(
+        &self,
+        server: &str,
+        tool: &str,
+        name: &str,
+        args: &serde_json::Value,
+    ) -> ToolCallRecord {
+        ToolCallRecord {
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+            name: name.to_owned(),
+            arguments: cap_json(args, ToolCallRequest::MAX_ARGUMENT_BYTES),
+            result_bytes: 0,
+            result_tokens: 0,
+            is_error: false,
+            error: None,
+            elapsed_ms: 0,
+            consent: None,
+            origin: self.origin,
+        }
+    }
+
+    /// Reports `record` with the time since `started` and what `result` says.
+    fn report(
+        &self,
+        mut record: ToolCallRecord,
+        started: Instant,
+        result: &Result<ToolCallResult, ToolError>,
+    ) {
+        record.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match result {
+            Ok(r) => {
+                let tk = Tokenizer::new(self.model.encoding).ok();
+                (record.result_bytes, record.result_tokens) = measure(r, tk.as_ref());
+                record.is_error |= r.is_error;
+            }
+            Err(e) => {
+                record.is_error = true;
+                record.error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        self.reads.push_call(record);
+    }
+
+    fn server_arg<'a>(
+        &self,
+        tool: &str,
+        args: &'a serde_json::Value,
+    ) -> Result<&'a str, ToolError> {
+        let server = args.get("server").and_then(|v| v.as_str()).ok_or_else(|| {
+            ToolError::InvalidArguments {
+                tool: tool.into(),
+                message: "`server` (a string) is required".into(),
+            }
+        })?;
+        if !self.bound.iter().any(|b| b == server) {
+            return Err(ToolError::ServerNotBound {
+                server: server.into(),
+                allowed: self.bound.clone(),
+            });
+        }
+        Ok(server)
+    }
+
+    /// Calls MCP tool `tool` of `server`, offered as `name`, under the policy.
+    async fn call_mcp(
+        &self,
+        name: &str,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+        record: &mut ToolCallRecord,
+    ) -> Result<ToolCallResult, ToolError> {
+        if !self.bound.iter().any(|b| b == server) {
+            return Err(ToolError::ServerNotBound {
+                server: server.to_owned(),
+                allowed: self.bound.clone(),
+            });
+        }
+        let args = match arguments {
+            serde_json::Value::Object(m) => Some(m),
+            serde_json::Value::Null => None,
+            other => {
+                return Err(ToolError::InvalidArguments {
+                    tool: name.into(),
+                    message: format!("arguments must be a JSON object, not {other}"),
+                });
+            }
+        };
+        if let Some(gate) = &self.consent {
+            let request = ConsentRequest {
+                server: server.to_owned(),
+                uri: String::new(),
+                reason: match self.origin {
+                    CallOrigin::Model => format!("the model called {name}"),
+                    CallOrigin::Api => format!("an API caller called {name}"),
+                    CallOrigin::Agent => format!("the remote agent called {name}"),
+                },
+                tool: Some(ToolCallRequest::new(
+                    tool,
+                    &args
+                        .clone()
+                        .map_or(serde_json::Value::Null, serde_json::Value::Object),
+                )),
+                ..self.asker.clone()
+            };
+            let hints = self.hints.get(name).copied().unwrap_or_default();
+            let checking = gate.check_call(&request, hints);
+            let verdict = match self.deadline {
+                None => checking.await,
+                Some(d) => tokio::time::timeout_at(d.into(), checking)
+                    .await
+                    .unwrap_or_else(|_| hostpipe_core::Verdict {
+                        allowed: false,
+                        how: "denied: the turn's deadline passed before the approver answered"
+                            .into(),
+                    }),
+            };
+            record.consent = Some(verdict.how.clone());
+            if !verdict.allowed {
+                record.is_error = true;
+                record.error = Some(format!("withheld: {}", verdict.how));
+                return Ok(withheld(name));
+            }
+        }
+        Ok(self.mcp.call_tool(server, tool, args).await?)
+    }
+
+    async fn list(&self, args: &serde_json::Value) -> Result<ToolCallResult, ToolError> {
+        let server = self.server_arg(LIST_RESOURCES, args)?;
+        let resources = self.mcp.list_resources(server).await?;
+        let templates = self.mcp.list_resource_templates(server).await?;
+        // What never goes to the model is not offered to it either.
+        let resources: Vec<_> = resources
+            .iter()
+            .filter(|r| !r.annotations.as_ref().is_some_and(|a| a.is_user_only()))
+            .collect();
+        let templates: Vec<_> = templates
+            .iter()
+            .filter(|t| !t.annotations.as_ref().is_some_and(|a| a.is_user_only()))
+            .collect();
+        let mut out = format!("Resources of `{server}` ({}):\n", resources.len());
+        for r in resources {
+            let _ = write!(
+                out,
+                "- {} ({})",
+                r.uri,
+                r.title.as_deref().unwrap_or(&r.name)
+            );
+            if let Some(m) = &r.mime_type {
+                let _ = write!(out, " [{m}]");
+            }
+            if let Some(d) = &r.description {
+                let _ = write!(out, ": {d}");
+            }
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "Resource templates of `{server}` ({}):",
+            templates.len()
+        );
+        for t in templates {
+            let _ = write!(
+                out,
+                "- {} ({})",
+                t.uri_template,
+                t.title.as_deref().unwrap_or(&t.name)
+            );
+            if let Some(d) = &t.description {
+                let _ = write!(out, ": {d}");
+            }
+            out.push('\n');
+        }
+        Ok(text_result(out))
+    }
+
+    async fn read(&self, args: &serde_json::Value) -> Result<ToolCallResult, ToolError> {
+        let server = self.server_arg(READ_RESOURCE, args)?;
+        let uri = args.get("uri").and_then(|v| v.as_str()).ok_or_else(|| {
+            ToolError::InvalidArguments {
+                tool: READ_RESOURCE.into(),
+                message: "`uri` (a string) is required".into(),
+            }
+        })?;
+        let started = std::time::Instant::now();
+        let mut record = ReadRecord {
+            server: server.to_owned(),
+            uri: uri.to_owned(),
+            mime_type: None,
+            scope: Scope::Message,
+            bytes: 0,
+            tokens_before: 0,
+            tokens_estimated: false,
+            tokens_after: 0,
+            treatment: Treatment::Whole,
+            elapsed_ms: 0,
+            cache_hit: false,
+            error: None,
+            origin: ReadOrigin::Model,
+            consent: None,
+            passages: Vec::new(),
+            reason: None,
+        };
+        // The pipeline's rules, as for an attachment: audience, MIME type, size.
+        let listed = Listed::of(self.mcp.as_ref(), server, uri, None).await;
+        if let Some(why) = self.policy.refuse_listed(&listed) {
+            let told = if listed.user_only {
+                "it is meant for the user, not the model"
+            } else {
+                "the pipeline's policy does not allow it"
+            };
+            record.mime_type.clone_from(&listed.meta.listed_mime);
+            record.error = Some(format!("not read: {why}"));
+            record.treatment = Treatment::Omitted;
+            self.reads.push(record);
+            return Ok(ToolCallResult {
+                content: vec![ToolContent::Text {
+                    text: format!("[resource {uri} from `{server}` not read: {told}]"),
+                }],
+                structured_content: None,
+                is_error: true,
+            });
+        }
+        if let Some(gate) = &self.consent {
+            let request = ConsentRequest {
+                server: server.to_owned(),
+                uri: uri.to_owned(),
+                ..self.asker.clone()
+            };
+            let verdict = gate.check(&request).await;
+            if !verdict.allowed {
+                record.error = Some(format!("withheld: {}", verdict.how));
+                record.treatment = Treatment::Omitted;
+                record.consent = Some(verdict.how);
+                self.reads.push(record);
+                // Withheld, not missing: the model must not conclude it does not exist.
+                return Ok(ToolCallResult {
+                    content: vec![ToolContent::Text {
+                        text: format!(
+                            "[resource {uri} from `{server}` withheld: reading it was not allowed]"
+                        ),
+                    }],
+                    structured_content: None,
+                    is_error: true,
+                });
+            }
+            record.consent = Some(verdict.how);
+        }
+        let read = self.mcp.read_resource(server, uri).await;
+        record.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let read = match read {
+            Ok(r) => r,
+            Err(e) => {
+                record.error = Some(e.to_string());
+                record.treatment = Treatment::Omitted;
+                self.reads.push(record);
+                return Err(e.into());
+            }
+        };
+        record.cache_hit = read.cache_hit;
+        let contents = read.contents;
+        record.bytes = contents.iter().map(ResourceContents::byte_len).sum();
+        record.mime_type = contents
+            .first()
+            .and_then(|c| c.mime_type())
+            .map(str::to_owned);
+        let tk = Tokenizer::new(self.model.encoding).map_err(|e| ToolError::InvalidArguments {
+            tool: READ_RESOURCE.into(),
+            message: e.to_string(),
+        })?;
+        let mut content = Vec::with_capacity(contents.len());
+        let mut turn_bytes = 0usize;
+        for item in contents.iter().cloned() {
+            // An item under another URI is judged on its own (a denied URI never
+            // reaches the model, whatever URI was asked for).
+            let item_uri = item.uri().to_owned();
+            let item_mime = item.mime_type().map(str::to_owned);
+            if item_uri != uri
+                && let Some(gate) = &self.consent
+            {
+                let request = ConsentRequest {
+                    server: server.to_owned(),
+                    uri: item_uri.clone(),
+                    reason: format!("returned by read_resource of {uri}"),
+                    ..self.asker.clone()
+                };
+                let verdict = gate.check(&request).await;
+                if !verdict.allowed {
+                    content.push(ToolContent::Text {
+                        text: format!(
+                            "[resource {item_uri} from `{server}` withheld: reading it was not allowed]"
+                        ),
+                    });
+                    record.error = Some(format!("withheld ({item_uri}): {}", verdict.how));
+                    continue;
+                }
+            }
+            let bytes = item.byte_len();
+            turn_bytes += bytes;
+            let mime = item_mime
+                .clone()
+                .or_else(|| listed.meta.listed_mime.clone());
+            let converted = match self.policy.refuse_item(bytes, turn_bytes, mime.as_deref()) {
+                Some(error) => {
+                    record.error = Some(format!("refused ({item_uri}): {error}"));
+                    Converted::Refused {
+                        error,
+                        note: format!(
+                            "[resource {item_uri} from `{server}` not included: too large or not allowed]"
+                        ),
+                    }
+                }
+                None => convert_item(item, &listed.meta, &self.model, &self.policy.limits).await,
+            };
+            content.push(match converted {
+                Converted::Text(text) => {
+                    let before = tk.count(&text);
+                    record.tokens_before += before;
+                    let text = match tk.truncate(&text, self.max_read_tokens, TruncationSide::Head)
+                    {
+                        Some(t) if before > self.max_read_tokens => {
+                            record.tokens_after += t.tokens;
+                            record.treatment = Treatment::Truncated {
+                                side: TruncationSide::Head,
+                                omitted_tokens: t.omitted_tokens,
+                            };
+                            t.text
+                        }
+                        _ => {
+                            record.tokens_after += before;
+                            text
+                        }
+                    };
+                    // Resource text: the runner puts it in the turn's fence.
+                    ToolContent::Resource {
+                        contents: ResourceContents::Text {
+                            uri: item_uri,
+                            mime_type: item_mime,
+                            text,
+                        },
+                    }
+                }
+                Converted::Image {
+                    mime_type, data, ..
+                } => ToolContent::Image { mime_type, data },
+                Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
+                    ToolContent::Text { text: note }
+                }
+            });
+        }
+        self.reads.push(record);
+        Ok(ToolCallResult {
+            content,
+            structured_content: None,
+            is_error: false,
+        })
+    }
+}
+
+fn text_result(text: String) -> ToolCallResult {
+    ToolCallResult {
+        content: vec![ToolContent::Text { text }],
+        structured_content: None,
+        is_error: false,
+    }
+}
+
+#[async_trait]
+impl ToolExecutor for BoundTools {
+    async fn call(
+        &self,
+        name: &str,
+        arguments: serde_json::Value,
+    ) -> Result<ToolCallResult, ToolError> {
+        let started = Instant::now();
+        let Some(origin) = self.routes.get(name) else {
+            // A tool the pipeline's filter leaves out is refused as such; any other name
+            // was never offered.
+            return Err(if self.not_offered.contains(name) {
+                ToolError::NotOffered { name: name.into() }
+            } else {
+                ToolError::UnknownTool { name: name.into() }
+            });
+        };
+        match origin {
+            ToolOrigin::Exploration => {
+                let server = arguments
+                    .get("server")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let record = self.record(&server, name, name, &arguments);
+                let result = if name == LIST_RESOURCES {
+                    self.list(&arguments).await
+                } else {
+                    self.read(&arguments).await
+                };
+                self.report(record, started, &result);
+                result
+            }
+            ToolOrigin::Mcp { server, tool } => {
+                let mut record = self.record(server, tool, name, &arguments);
+                let result = self
+                    .call_mcp(name, server, tool, arguments, &mut record)
+                    .await;
+                self.report(record, started, &result);
+                result
+            }
+        }
+    }
+}
