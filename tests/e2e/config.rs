@@ -60,7 +60,7 @@ fn bad_configs_are_refused_with_file_and_key() {
         ),
         (
             "[pipelines.default.tool_assembly]\nexploration = false",
-            "bad.toml: pipelines.default.tool_assembly.exploration: unknown field `exploration`, expected `exploration_tools` or `max_read_tokens`",
+            "bad.toml: pipelines.default.tool_assembly.exploration: unknown field `exploration`, expected one of `exploration_tools`, `max_read_tokens`, `include`, `exclude`",
         ),
         (
             "[mcp_servers.x]\ncommand = \"a\"\nargz = []",

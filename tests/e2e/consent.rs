@@ -159,7 +159,9 @@ rules = [{{ server = "kb", uri = "kb://secret/*", host = "deny", model = "deny" 
         text,
         "Support hours are 9 to 5, Monday to Friday. Refunds within 30 days."
     );
-    assert_eq!(trace.collect_reported(), 2);
+    // The two reads, and the two calls of read_resource that made them.
+    assert_eq!(trace.collect_reported(), 4);
+    assert_eq!(trace.tool_calls().count(), 2);
     let model: Vec<(&str, Option<&str>)> = trace
         .reads()
         .filter(|r| r.origin == ReadOrigin::Model)

@@ -187,13 +187,13 @@ async fn blobs_by_mime_type_and_invalid_base64_is_an_error_block() {
     assert_eq!(
         block(&request, "blob://random").text(),
         Some(
-            "[binary resource blob://random not shown, not UTF-8 text (random, application/octet-stream, 512 bytes)]"
+            "[binary resource blob://random not shown: its bytes are not UTF-8 text (random, application/octet-stream, 512 bytes)]"
         )
     );
     assert_eq!(
         block(&request, "blob://report.pdf").text(),
         Some(
-            "[binary resource blob://report.pdf not shown (report, application/pdf, 51 bytes; Quarterly report)]"
+            "[binary resource blob://report.pdf not shown: application/pdf is not text (report, application/pdf, 51 bytes; Quarterly report)]"
         )
     );
     assert_eq!(

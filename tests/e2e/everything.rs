@@ -1,7 +1,7 @@
 //! Against `@modelcontextprotocol/server-everything` 2026.8.31.
 
 use hostpipe_core::{
-    BlockBody, Encoding, FallbackReason, McpSource as _, Tokenizer, Treatment, TruncationSide, Turn,
+    BlockBody, Encoding, McpSource as _, Tokenizer, Treatment, TruncationSide, Turn,
 };
 use hostpipe_tests::{connect, everything};
 
@@ -96,23 +96,23 @@ async fn static_and_template_attachments_become_the_text_the_server_returns() {
 }
 
 #[tokio::test]
-async fn a_blob_becomes_a_fallback_without_base64() {
+async fn a_blob_that_says_it_is_text_is_decoded_and_no_base64_leaks() {
     let host = connect(vec![everything("everything")]).await;
     let p = pipeline(&host, PIPELINE);
     let mut turn = Turn::new("default", "hi");
     turn.variables.insert("rid", "1");
     let (request, _) = prepare(&p, turn).await;
+    // The template declares application/octet-stream; the read result says the blob is
+    // text/plain, and the read result wins: its bytes are decoded as text.
     let blob = block(&request, "demo://resource/dynamic/blob/5");
-    let BlockBody::Fallback { reason, note } = &blob.body else {
-        panic!("expected a fallback, got {:?}", blob.body)
+    let BlockBody::Text { text } = &blob.body else {
+        panic!("expected text, got {:?}", blob.body)
     };
-    assert_eq!(*reason, FallbackReason::Binary);
     assert!(
-        note.starts_with("[binary resource demo://resource/dynamic/blob/5 not shown (Dynamic Blob Resource, text/plain, "),
-        "{note}"
+        text.starts_with("Resource 5: This is a base64 blob"),
+        "{text}"
     );
     // The server's base64 starts with the encoding of "Resource 5: "; none of it may leak.
-    assert!(!note.contains("UmVzb3VyY2Ug"), "{note}");
     for b in &request.context {
         assert!(!b.text().unwrap_or("").contains("UmVzb3VyY2Ug"));
     }
