@@ -347,6 +347,17 @@ pub mod openai_api {
                 other => return Err(format!("messages[{i}].role `{other}` is not a role")),
             }
         }
+        // Strict OpenAI-compatible backends refuse schema-document keywords in function
+        // parameters (`$schema` above all: zod-to-json-schema puts it in every tool).
+        fn has_document_keyword(v: &Value) -> bool {
+            match v {
+                Value::Object(m) => m
+                    .iter()
+                    .any(|(k, v)| k == "$schema" || k == "$id" || has_document_keyword(v)),
+                Value::Array(a) => a.iter().any(has_document_keyword),
+                _ => false,
+            }
+        }
         for (i, t) in obj
             .get("tools")
             .and_then(Value::as_array)
@@ -354,6 +365,13 @@ pub mod openai_api {
             .flatten()
             .enumerate()
         {
+            if t.pointer("/function/parameters")
+                .is_some_and(has_document_keyword)
+            {
+                return Err(format!(
+                    "tools[{i}].function.parameters has `$schema` or `$id`, which strict backends reject"
+                ));
+            }
             if t.get("type").and_then(Value::as_str) != Some("function")
                 || !t.pointer("/function/name").is_some_and(Value::is_string)
                 || !t

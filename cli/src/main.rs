@@ -224,9 +224,12 @@ enum Command {
         /// Only turns before: an RFC 3339 time or a duration ago.
         #[arg(long, value_name = "TIME", value_parser = parse_time)]
         until: Option<i64>,
-        /// Only failed reads.
+        /// Only failed reads (with --tools: calls that failed or were withheld).
         #[arg(long)]
         errors: bool,
+        /// Tool calls instead of resource reads.
+        #[arg(long)]
+        tools: bool,
         /// Most records shown (1 to 10000).
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         limit: u32,
@@ -1169,6 +1172,7 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             since,
             until,
             errors,
+            tools,
             limit,
             offset,
             json,
@@ -1192,6 +1196,9 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                 limit,
                 offset,
             };
+            if tools {
+                return tool_history(app, &query, json).await;
+            }
             let records = store(app)?.history(&query).await?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&records)?);
@@ -1264,6 +1271,67 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
             unreachable!("handled before the app starts")
         }
     }
+}
+
+/// `hostpipe history --tools`: the tool calls matching `query`.
+async fn tool_history(app: &App, query: &HistoryQuery, json: bool) -> anyhow::Result<ExitCode> {
+    let calls = store(app)?.call_history(query).await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&calls)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if calls.is_empty() {
+        outln!("no tool calls match");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut table = new_table(vec![
+        "time",
+        "turn",
+        "conversation",
+        "pipeline",
+        "server",
+        "tool",
+        "by",
+        "arguments",
+        "bytes",
+        "tokens",
+        "ms",
+        "error",
+        "consent",
+    ]);
+    for c in &calls {
+        let call = &c.call;
+        let mut arguments = call.arguments.to_string();
+        if arguments.len() > 60 {
+            let mut end = 57;
+            while !arguments.is_char_boundary(end) {
+                end -= 1;
+            }
+            arguments.truncate(end);
+            arguments.push('…');
+        }
+        table.add_row(vec![
+            format_time(c.at_ms),
+            c.turn_id[c.turn_id.len().saturating_sub(8)..].to_owned(),
+            c.conversation.clone().unwrap_or_else(|| "-".into()),
+            c.pipeline.clone(),
+            call.server.clone(),
+            call.tool.clone(),
+            call.origin.as_str().to_owned(),
+            hostpipe_cli::approver::printable(&arguments),
+            call.result_bytes.to_string(),
+            call.result_tokens.to_string(),
+            call.elapsed_ms.to_string(),
+            match (&call.error, call.is_error) {
+                (Some(e), _) => e.clone(),
+                (None, true) => "the tool reported an error".into(),
+                (None, false) => String::new(),
+            },
+            call.consent.clone().unwrap_or_default(),
+        ]);
+    }
+    outln!("{table}");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn store(app: &App) -> anyhow::Result<&dyn hostpipe_core::AttachmentStore> {

@@ -12,9 +12,13 @@
 //!   `tools/call` on the bound server that owns the namespaced tool, or the exploration
 //!   tools); results go back as one string per call (text joined; resources fenced like
 //!   context; images as a following user message with image parts when the model has
-//!   vision, else a note), each cut to `max_tool_result_tokens`. Before every model
-//!   call the messages are counted again: tool results are cut further (oldest first)
-//!   so the request stays within the model's input tokens.
+//!   vision, else a note), each cut token-exactly (the `[… N tokens omitted …]` marker of
+//!   resources) to `max_tool_result_tokens` or to what the model's window has left (its
+//!   input tokens less the messages so far), whichever is less: a 1 MB result never
+//!   overflows the request. Before every model call the messages are counted again:
+//!   tool results are cut further (oldest first) so the request stays within the
+//!   model's input tokens.
+//! - Tool schemas go without `$schema`, `$id` and `$comment` ([`model_schema`]).
 //! - Retries with backoff on 429/5xx honouring `Retry-After`; errors typed
 //!   ([`RunError::Auth`], [`RunError::RateLimited`], [`RunError::ContextTooLong`],
 //!   [`RunError::Server`]).
@@ -524,10 +528,56 @@ fn tool_result_text(
     if result.is_error {
         text = format!("Error: {text}");
     }
-    if let Some(t) = tk.truncate(&text, max_tokens, TruncationSide::Head) {
-        text = t.text;
+    match tk.truncate(&text, max_tokens, TruncationSide::Head) {
+        Some(t) => text = t.text,
+        // Over the room and not even the marker fits: the whole result is left out.
+        None if tk.count(&text) > max_tokens => {
+            text = format!(
+                "[tool result of {} tokens omitted: no room left in the model's context]",
+                tk.count(&text)
+            );
+        }
+        None => {}
     }
     (text, images)
+}
+
+/// Tokens a `tool` message costs besides its content (role, id, separators), counted
+/// generously.
+const TOOL_MESSAGE_OVERHEAD: usize = 16;
+
+/// The JSON Schema of a tool as the model API gets it: without the keywords that only
+/// describe the schema document (`$schema`, `$id`, `$comment`), which some strict
+/// OpenAI-compatible backends reject (a server built with zod-to-json-schema sends
+/// `$schema` in every tool). Everything that constrains the arguments stays.
+/// Keys of `properties`, `patternProperties`, `$defs` and `definitions` are names, not
+/// keywords: an argument called `$id` stays.
+pub fn model_schema(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "$schema" | "$id" | "$comment"))
+                .map(|(k, v)| {
+                    let named = matches!(
+                        k.as_str(),
+                        "properties" | "patternProperties" | "$defs" | "definitions"
+                    );
+                    let v = match v {
+                        Value::Object(names) if named => Value::Object(
+                            names
+                                .iter()
+                                .map(|(n, s)| (n.clone(), model_schema(s)))
+                                .collect(),
+                        ),
+                        _ => model_schema(v),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(model_schema).collect()),
+        other => other.clone(),
+    }
 }
 
 /// Tokens of the text in `messages` (content strings and text parts; images are not
@@ -602,7 +652,7 @@ impl LocalAgentRunner {
             Some(_) if request.model.tool_calling => request
                 .tools
                 .iter()
-                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}))
+                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": model_schema(&t.input_schema)}}))
                 .collect(),
             _ => Vec::new(),
         };
@@ -698,6 +748,10 @@ impl LocalAgentRunner {
                         .and_then(Value::as_str)
                         .map(str::to_owned),
                 };
+                // Each result gets at most what the window has left: the messages so
+                // far and the reserved output taken, whatever the tool returned.
+                let room =
+                    limit.saturating_sub(message_tokens(&messages, &tk) + TOOL_MESSAGE_OVERHEAD);
                 let (text, is_error) = match executor.call(&call.name, arguments).await {
                     Ok(result) => {
                         let (text, mut more) = tool_result_text(
@@ -706,7 +760,7 @@ impl LocalAgentRunner {
                             &request.fence,
                             &request.model,
                             &tk,
-                            self.config.max_tool_result_tokens,
+                            self.config.max_tool_result_tokens.min(room),
                         );
                         images.append(&mut more);
                         (text, result.is_error)
@@ -750,4 +804,34 @@ hostpipe_core::submit_runner! {
     name: LocalAgentRunner::NAME,
     description: "An agent on any OpenAI-compatible /chat/completions endpoint, with a tool loop.",
     build: build,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_schema_drops_document_keywords_but_keeps_names() {
+        let schema = json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "$id": "urn:tool",
+            "type": "object",
+            "properties": {
+                "$id": {"type": "string", "$comment": "an argument called $id"},
+                "items": {"type": "array", "items": {"$schema": "x", "type": "integer"}}
+            },
+            "required": ["$id"]
+        });
+        assert_eq!(
+            model_schema(&schema),
+            json!({
+                "type": "object",
+                "properties": {
+                    "$id": {"type": "string"},
+                    "items": {"type": "array", "items": {"type": "integer"}}
+                },
+                "required": ["$id"]
+            })
+        );
+    }
 }

@@ -64,6 +64,7 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
             axum::routing::delete(remove_conversation_pin),
         )
         .route("/v1/history", get(history))
+        .route("/v1/history/tool-calls", get(tool_call_history))
         .route("/v1/consent-requests", get(list_consent_requests))
         .route("/v1/consent-requests/{id}", post(answer_consent_request))
         .layer(axum::middleware::from_fn(
@@ -620,11 +621,9 @@ fn rfc3339(name: &str, value: Option<String>) -> ApiResult<Option<i64>> {
         .transpose()
 }
 
-async fn history(
-    State(state): St,
-    params: Result<Query<HistoryParams>, QueryRejection>,
-) -> ApiResult {
-    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+/// The store query of `params` (asking one record more than the page, to tell whether
+/// there is a next one), and the page size.
+fn history_query(params: HistoryParams) -> ApiResult<(HistoryQuery, u32)> {
     let limit = params.limit.unwrap_or(50);
     if !(1..=MAX_HISTORY_LIMIT).contains(&limit) {
         return Err(ApiError::bad_request(format!(
@@ -651,11 +650,36 @@ async fn history(
         limit: limit + 1,
         offset: params.offset,
     };
+    Ok((query, limit))
+}
+
+async fn history(
+    State(state): St,
+    params: Result<Query<HistoryParams>, QueryRejection>,
+) -> ApiResult {
+    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let (query, limit) = history_query(params)?;
     let mut records = store(&state)?.history(&query).await?;
-    let next_offset = (records.len() > limit as usize).then(|| params.offset + limit);
+    let next_offset = (records.len() > limit as usize).then(|| query.offset + limit);
     records.truncate(limit as usize);
     Ok(json(
         serde_json::json!({"records": records, "next_offset": next_offset}),
+    ))
+}
+
+/// `GET /v1/history/tool-calls`: the tool calls, with the read history's filters
+/// (`errors`: calls that failed, were withheld or that the tool reported as errors).
+async fn tool_call_history(
+    State(state): St,
+    params: Result<Query<HistoryParams>, QueryRejection>,
+) -> ApiResult {
+    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let (query, limit) = history_query(params)?;
+    let mut calls = store(&state)?.call_history(&query).await?;
+    let next_offset = (calls.len() > limit as usize).then(|| query.offset + limit);
+    calls.truncate(limit as usize);
+    Ok(json(
+        serde_json::json!({"calls": calls, "next_offset": next_offset}),
     ))
 }
 

@@ -7,6 +7,7 @@ const $ = (id) => document.getElementById(id);
 let token = sessionStorage.getItem("hostpipe-token") || "";
 let current = null; // { server, uri } or { server, template, arguments }
 let historyOffset = 0;
+let callsOffset = 0;
 
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -221,6 +222,40 @@ async function loadHistory(fresh) {
   }
   historyOffset = next_offset ?? historyOffset;
   $("history-more").hidden = next_offset == null;
+  await loadToolCalls(fresh);
+}
+
+// The tool calls of the same turns, with the same filters.
+async function loadToolCalls(fresh) {
+  if (fresh) callsOffset = 0;
+  const params = new URLSearchParams({ limit: "50", offset: String(callsOffset) });
+  const conversation = $("history-conversation").value.trim();
+  if (conversation) params.set("conversation", conversation);
+  if ($("history-errors").checked) params.set("errors", "true");
+  const { calls, next_offset } = await api("GET", `/v1/history/tool-calls?${params}`);
+  const tbody = $("tool-calls").tBodies[0];
+  if (fresh) tbody.replaceChildren();
+  for (const c of calls) {
+    const call = c.call;
+    let args = JSON.stringify(call.arguments);
+    if (args.length > 80) args = args.slice(0, 77) + "…";
+    const cells = [
+      new Date(c.at_ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z"),
+      c.conversation || "-",
+      c.pipeline,
+      call.server,
+      call.tool,
+      call.origin,
+      args,
+      String(call.result_tokens),
+      call.consent || "",
+      call.error || (call.is_error ? "the tool reported an error" : ""),
+    ];
+    const tr = el("tr", { class: call.is_error ? "error" : "", "data-tool": call.tool }, ...cells.map((x) => el("td", {}, x)));
+    tbody.append(tr);
+  }
+  callsOffset = next_offset ?? callsOffset;
+  $("tool-calls-more").hidden = next_offset == null;
 }
 
 // ---- start --------------------------------------------------------------------------
@@ -260,5 +295,6 @@ document.addEventListener("DOMContentLoaded", () => {
     guarded(() => loadHistory(true));
   };
   $("history-more").onclick = () => guarded(() => loadHistory(false));
+  $("tool-calls-more").onclick = () => guarded(() => loadToolCalls(false));
   if (token) guarded(start);
 });
