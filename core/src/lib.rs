@@ -48,7 +48,7 @@ pub use error::{ConfigError, RunError, SourceError, StageError};
 pub use extensions::Extensions;
 pub use fence::Fence;
 pub use model::{ModelProfile, ModelProfileError};
-pub use pipeline::{Pipeline, Prepared, TurnOutcome};
+pub use pipeline::{Pipeline, Prepared, ToolCallOutcome, TurnOutcome};
 pub use registry::{
     BuildContext, Registry, RegistryError, RunnerDescriptor, StageDescriptor, StagePhase,
     parse_section,
@@ -70,7 +70,7 @@ pub use store::{
 };
 pub use summarize::{SummarizeError, Summarizer};
 pub use tokens::{Encoding, Tokenizer, Truncation};
-pub use tool::{ToolError, ToolExecutor, ToolFilter, ToolOrigin, ToolSpec};
+pub use tool::{ToolError, ToolExecutor, ToolFilter, ToolOrigin, ToolSpec, ToolsOnly};
 pub use trace::{
     CallOrigin, PassageRecord, ReadRecord, ReadSink, ToolCallRecord, Trace, TraceEvent, TraceRecord,
 };

@@ -59,6 +59,19 @@ pub struct TurnOutcome {
     pub trace: Trace,
 }
 
+/// What [`Pipeline::call_tool`] did.
+#[derive(Debug)]
+pub struct ToolCallOutcome {
+    /// The name the tool is offered under in the pipeline's turns (`server__tool`), if
+    /// it is offered.
+    pub name: Option<String>,
+    /// The tool's result (a withheld call is `Ok`, with `is_error` and a note saying so),
+    /// or why the call was not made.
+    pub result: Result<crate::source::ToolCallResult, crate::ToolError>,
+    /// The stages' records and the call's.
+    pub trace: Trace,
+}
+
 /// What [`Pipeline::prepare`] produced.
 #[derive(Debug)]
 pub enum Prepared {
@@ -177,6 +190,23 @@ impl Pipeline {
     /// Runs the stages over `turn` and builds the [`RunRequest`], without running the
     /// runner. Sets the turn's pipeline id, model and (if unset) system prompt first.
     pub async fn prepare(&self, mut turn: Turn) -> Prepared {
+        self.begin(&mut turn);
+        self.load_pins(&mut turn).await;
+        let prepared = self.run_stages(&mut turn).await;
+        match prepared {
+            Prepared::Request(request, mut trace) => {
+                self.record_reads(&turn.ids, &mut trace, 0).await;
+                Prepared::Request(request, trace)
+            }
+            Prepared::Ended(mut outcome) => {
+                self.record_reads(&turn.ids, &mut outcome.trace, 0).await;
+                Prepared::Ended(outcome)
+            }
+        }
+    }
+
+    /// Gives `turn` the pipeline's id, model, deadline, system prompt and consent gate.
+    fn begin(&self, turn: &mut Turn) {
         turn.ids.pipeline.clone_from(&self.id);
         turn.model = Arc::clone(&self.model);
         if turn.deadline.is_none() {
@@ -190,16 +220,85 @@ impl Pipeline {
         if self.consent.is_some() {
             turn.consent.clone_from(&self.consent);
         }
-        self.load_pins(&mut turn).await;
-        let prepared = self.run_stages(&mut turn).await;
-        match prepared {
-            Prepared::Request(request, mut trace) => {
-                self.record_reads(&turn.ids, &mut trace, 0).await;
-                Prepared::Request(request, trace)
+    }
+
+    /// Calls MCP tool `tool` (its name as `server` lists it) with `arguments` (a JSON
+    /// object, or null for none) under this pipeline's policy, as a turn's model would,
+    /// on behalf of `origin`: the stages run over `turn` marked [`ToolsOnly`] (servers
+    /// bound, tools assembled, no context read), then the turn's executor makes the call,
+    /// which checks `tool_assembly.include`/`exclude` and the consent gate. The call and
+    /// any reads it made are in the outcome's trace and in the store's history.
+    ///
+    /// # Errors
+    /// The [`TurnOutcome`] of a stage that ended the turn (a required server down, a
+    /// stage failing): the call was not made.
+    ///
+    /// [`ToolsOnly`]: crate::ToolsOnly
+    pub async fn call_tool(
+        &self,
+        turn: Turn,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+        origin: crate::trace::CallOrigin,
+    ) -> Result<ToolCallOutcome, Box<TurnOutcome>> {
+        let (request, mut trace, bound, ids) = self.tools_turn(turn).await?;
+        let offered = request.tools.iter().find(|t| {
+            matches!(&t.origin, crate::ToolOrigin::Mcp { server: s, tool: t } if s == server && t == tool)
+        });
+        let result = match (offered, &request.tool_executor) {
+            _ if !bound.iter().any(|b| b == server) => Err(crate::ToolError::ServerNotBound {
+                server: server.to_owned(),
+                allowed: bound,
+            }),
+            // Bounded inside: the approver by the turn's deadline, the server by its
+            // request timeout; the call's record is written either way.
+            (Some(spec), Some(executor)) => executor.call_from(&spec.name, arguments, origin).await,
+            // Not among the offered tools: the caller tells a filtered tool from an
+            // unknown one by the server's list.
+            _ => Err(crate::ToolError::UnknownTool {
+                name: format!("{server}/{tool}"),
+            }),
+        };
+        trace.collect_reported();
+        self.record_reads(&ids, &mut trace, 0).await;
+        self.record_calls(&ids, &mut trace, 0).await;
+        Ok(ToolCallOutcome {
+            name: offered.map(|t| t.name.clone()),
+            result,
+            trace,
+        })
+    }
+
+    /// The tools this pipeline offers in `turn` (as the model sees them) and the
+    /// servers bound for it, with the stages run as for [`Pipeline::call_tool`].
+    ///
+    /// # Errors
+    /// The [`TurnOutcome`] of a stage that ended the turn.
+    pub async fn offered_tools(
+        &self,
+        turn: Turn,
+    ) -> Result<(Vec<crate::ToolSpec>, Vec<String>), Box<TurnOutcome>> {
+        let (request, _, bound, _) = self.tools_turn(turn).await?;
+        Ok((request.tools, bound))
+    }
+
+    /// Runs the stages over `turn` marked [`crate::ToolsOnly`]: the request, the trace,
+    /// the bound servers' names and the turn's ids.
+    async fn tools_turn(
+        &self,
+        mut turn: Turn,
+    ) -> Result<(RunRequest, Trace, Vec<String>, crate::turn::TurnIds), Box<TurnOutcome>> {
+        turn.extensions.insert(crate::ToolsOnly);
+        self.begin(&mut turn);
+        match self.run_stages(&mut turn).await {
+            Prepared::Request(request, trace) => {
+                let bound = turn.bound_servers.iter().map(|b| b.name.clone()).collect();
+                Ok((request, trace, bound, turn.ids))
             }
             Prepared::Ended(mut outcome) => {
                 self.record_reads(&turn.ids, &mut outcome.trace, 0).await;
-                Prepared::Ended(outcome)
+                Err(Box::new(outcome))
             }
         }
     }

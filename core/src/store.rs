@@ -1024,6 +1024,7 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
             result_tokens: 4,
             is_error: error,
             error: error.then(|| "withheld: denied by rules[0] (server fs, tool write_*)".into()),
+            withheld: error,
             elapsed_ms: 3,
             consent: error.then(|| "denied by rules[0] (server fs, tool write_*)".into()),
             origin: crate::trace::CallOrigin::Model,

@@ -145,7 +145,30 @@ pub trait ToolExecutor: Send + Sync {
         name: &str,
         arguments: serde_json::Value,
     ) -> Result<ToolCallResult, ToolError>;
+
+    /// [`ToolExecutor::call`] on behalf of `origin` (the model, an HTTP API caller, a
+    /// remote agent): the same policy, with the caller named in the consent request and
+    /// the call's record. The default ignores `origin`.
+    ///
+    /// # Errors
+    /// As [`ToolExecutor::call`].
+    async fn call_from(
+        &self,
+        name: &str,
+        arguments: serde_json::Value,
+        origin: crate::trace::CallOrigin,
+    ) -> Result<ToolCallResult, ToolError> {
+        let _ = origin;
+        self.call(name, arguments).await
+    }
 }
+
+/// Marks a turn that runs a pipeline's stages only to call one tool (the HTTP API's
+/// `POST /v1/servers/{server}/tools/{name}/call`, [`crate::Pipeline::call_tool`]): the
+/// stages bind servers, publish their policies and assemble the tools as for any turn,
+/// and stages that gather context skip their reads (there is no message to answer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ToolsOnly;
 
 impl std::fmt::Debug for dyn ToolExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

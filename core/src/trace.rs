@@ -100,6 +100,9 @@ pub struct ToolCallRecord {
     /// Why the call failed or was withheld (not the tool's own error text).
     #[serde(default)]
     pub error: Option<String>,
+    /// The pipeline's policy withheld the call: it never reached the server.
+    #[serde(default)]
+    pub withheld: bool,
     /// How long the call took, in milliseconds.
     pub elapsed_ms: u64,
     /// The consent decision, when the pipeline has a consent policy.

@@ -667,6 +667,10 @@ impl Stage for ResourceContextInjection {
     async fn process(&self, turn: &mut Turn) -> Result<StageOutcome, StageError> {
         // The model's own reads (`read_resource`) follow the same rules.
         turn.extensions.insert(Arc::clone(&self.policy));
+        // A turn that only calls a tool has no message to answer: nothing is read.
+        if turn.extensions.get::<hostpipe_core::ToolsOnly>().is_some() {
+            return Ok(StageOutcome::Continue);
+        }
         let tk = Tokenizer::new(turn.model.encoding).map_err(|e| StageError::msg(e.to_string()))?;
         let budget = self.budget(turn, &tk).await;
         turn.context_budget = Some(budget);

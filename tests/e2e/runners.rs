@@ -405,7 +405,7 @@ async fn the_cli_runs_the_local_runner_without_a_config_file() {
 
 mod remote {
     use hostpipe_core::{RunError, collect_reply};
-    use hostpipe_runners::remote::{RemoteRunRequest, VERSION, request_schema};
+    use hostpipe_runners::remote::{RemoteRunRequest, VERSION, request_schema, request_schema_v2};
     use hostpipe_runners::{RemoteConfig, RemoteRunner};
     use serde_json::json;
     use wiremock::matchers::{header, method, path};
@@ -414,17 +414,22 @@ mod remote {
     use super::request_with_image;
 
     #[test]
-    fn the_published_schema_is_the_one_the_code_sends() {
-        let file = hostpipe_tests::root().join("docs/remote-run-request.v1.schema.json");
-        let generated = serde_json::to_string_pretty(&request_schema()).unwrap() + "\n";
-        if std::env::var_os("HOSTPIPE_BLESS").is_some() {
-            std::fs::write(&file, &generated).unwrap();
+    fn the_published_schemas_are_the_ones_the_code_sends() {
+        for (name, schema) in [
+            ("remote-run-request.v1.schema.json", request_schema()),
+            ("remote-run-request.v2.schema.json", request_schema_v2()),
+        ] {
+            let file = hostpipe_tests::root().join("docs").join(name);
+            let generated = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+            if std::env::var_os("HOSTPIPE_BLESS").is_some() {
+                std::fs::write(&file, &generated).unwrap();
+            }
+            let published = std::fs::read_to_string(&file).unwrap_or_default();
+            assert_eq!(
+                published, generated,
+                "{name}: run with HOSTPIPE_BLESS=1 to update the file"
+            );
         }
-        let published = std::fs::read_to_string(&file).unwrap();
-        assert_eq!(
-            published, generated,
-            "run with HOSTPIPE_BLESS=1 to update the file"
-        );
     }
 
     async fn agent(reply: ResponseTemplate) -> MockServer {

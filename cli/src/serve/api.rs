@@ -16,9 +16,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use hostpipe_core::{
-    ArgumentValue, Attachment, AttachmentTarget, CompletionRef, ConsentAnswer, EventSink,
-    HistoryMessage, HistoryQuery, McpSource as _, NewPin, PinOwner, Pipeline, Scope as PinScope,
-    Turn, TurnOutcome, Variables,
+    ArgumentValue, Attachment, AttachmentTarget, CallOrigin, CompletionRef, ConsentAnswer,
+    EventSink, HistoryMessage, HistoryQuery, McpSource as _, NewPin, PinOwner, Pipeline,
+    Scope as PinScope, Turn, TurnOutcome, Variables,
 };
 use hostpipe_runners::PreviewReport;
 use hostpipe_stages::convert::Converted;
@@ -44,6 +44,8 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
             get(list_resource_templates),
         )
         .route("/v1/servers/{server}/prompts", get(list_prompts))
+        .route("/v1/servers/{server}/prompts/{name}", post(get_prompt))
+        .route("/v1/servers/{server}/tools", get(list_tools))
         .route("/v1/servers/{server}/resources/read", post(read_resource))
         .route("/v1/servers/{server}/completion", post(complete))
         .route("/v1/pipelines", get(list_pipelines))
@@ -84,6 +86,8 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
             },
         ))
         .route("/v1/turns", post(run_turn))
+        // A tool call may wait for a consent answer: bounded like a turn.
+        .route("/v1/servers/{server}/tools/{name}/call", post(call_tool))
 }
 
 fn json(value: impl serde::Serialize) -> Response {
@@ -308,6 +312,243 @@ async fn read_resource(
         "model": {"name": model.name, "vision": model.vision},
         "contents": contents,
     })))
+}
+
+/// `POST /v1/servers/{server}/prompts/{name}`: MCP `prompts/get` (spec 2025-11-25,
+/// "Prompts") with string `arguments`; the answer is the spec's `GetPromptResult`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromptBody {
+    #[serde(default)]
+    arguments: BTreeMap<String, String>,
+}
+
+async fn get_prompt(
+    State(state): St,
+    Params((server, name)): Params<(String, String)>,
+    Body(body): Body<PromptBody>,
+) -> ApiResult {
+    state.app.check_server(&server)?;
+    let result = state
+        .app
+        .host
+        .get_prompt(&server, &name, &body.arguments)
+        .await?;
+    Ok(json(hostpipe_runners::mcp_json::get_prompt_result(&result)))
+}
+
+/// `GET /v1/servers/{server}/tools` query: `pipeline` names the pipeline whose offer to
+/// show (`offered_as`: the name its model sees, or null when its `tool_assembly`
+/// leaves the tool out or the server is not bound for it).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolsParams {
+    pipeline: Option<String>,
+}
+
+async fn list_tools(
+    State(state): St,
+    Params(server): Params<String>,
+    params: Result<Query<ToolsParams>, QueryRejection>,
+) -> ApiResult {
+    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    state.app.check_server(&server)?;
+    let tools = state.app.host.list_tools(&server).await?;
+    let Some(id) = params.pipeline else {
+        return Ok(json(serde_json::json!({"tools": &*tools})));
+    };
+    let offered = pipeline(&state, &id)?
+        .offered_tools(Turn::new(id.as_str(), ""))
+        .await
+        .map_err(|outcome| ended(&outcome))?
+        .0;
+    let tools: Vec<serde_json::Value> = tools
+        .iter()
+        .map(|t| {
+            let offered_as = offered.iter().find_map(|o| match &o.origin {
+                hostpipe_core::ToolOrigin::Mcp { server: s, tool }
+                    if *s == server && *tool == t.name =>
+                {
+                    Some(o.name.clone())
+                }
+                _ => None,
+            });
+            let mut v = serde_json::to_value(t).unwrap_or_default();
+            if let Some(v) = v.as_object_mut() {
+                v.insert("offered_as".into(), offered_as.into());
+            }
+            v
+        })
+        .collect();
+    Ok(json(serde_json::json!({"pipeline": id, "tools": tools})))
+}
+
+/// A turn a stage ended before the tools were assembled (a required server down, a
+/// stage failing): 409 with the stage's reply.
+fn ended(outcome: &hostpipe_core::TurnOutcome) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "turn_ended",
+        format!(
+            "stage `{}` ended the turn before its tools were assembled: {}",
+            outcome.ended_by.as_deref().unwrap_or("?"),
+            outcome.reply
+        ),
+    )
+}
+
+/// `POST /v1/servers/{server}/tools/{name}/call`: `name` as the server lists it; the
+/// call is made as in a turn of `pipeline` (see [`hostpipe_core::Pipeline::call_tool`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolCallBody {
+    pipeline: String,
+    /// A JSON object; absent or null for none.
+    #[serde(default)]
+    arguments: serde_json::Value,
+    conversation_id: Option<String>,
+    message_id: Option<String>,
+    bot_id: Option<String>,
+    sender: Option<String>,
+    #[serde(default)]
+    variables: BTreeMap<String, String>,
+}
+
+async fn call_tool(
+    State(state): St,
+    Params((server, name)): Params<(String, String)>,
+    Body(body): Body<ToolCallBody>,
+) -> ApiResult {
+    if state.draining.load(Ordering::SeqCst) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "this instance is shutting down; send the call to another",
+        ));
+    }
+    state.app.check_server(&server)?;
+    pipeline(&state, &body.pipeline)?;
+    if !(body.arguments.is_object() || body.arguments.is_null()) {
+        return Err(ApiError::bad_request(format!(
+            "`arguments` must be a JSON object, not {}",
+            json_kind(&body.arguments)
+        )));
+    }
+    check_ids(&[
+        ("conversation_id", &body.conversation_id),
+        ("message_id", &body.message_id),
+        ("bot_id", &body.bot_id),
+        ("sender", &body.sender),
+    ])?;
+    let mut turn = Turn::new(body.pipeline.as_str(), "");
+    turn.ids.conversation = body.conversation_id;
+    turn.ids.bot = body.bot_id;
+    turn.ids.message = body
+        .message_id
+        .unwrap_or_else(|| format!("http-tool-{}", uuid::Uuid::new_v4()));
+    turn.sender = body.sender;
+    turn.variables = body.variables.into_iter().collect::<Variables>();
+    turn.deadline = Some(std::time::Instant::now() + state.options.turn_timeout);
+    let turn_id = turn.trace.turn_id().to_owned();
+    let pipeline_id = body.pipeline;
+    let task = {
+        let state = Arc::clone(&state);
+        let (server, name, pipeline_id) = (server.clone(), name.clone(), pipeline_id.clone());
+        // The call runs to its end (and reaches the history) even if the caller leaves.
+        state.turns.clone().spawn(async move {
+            let p = state.app.pipelines.get(&pipeline_id)?;
+            Some(
+                p.call_tool(turn, &server, &name, body.arguments, CallOrigin::Api)
+                    .await,
+            )
+        })
+    };
+    let outcome = match task.await {
+        Ok(Some(Ok(outcome))) => outcome,
+        Ok(Some(Err(ended_turn))) => return Err(ended(&ended_turn)),
+        Ok(None) => return Err(ApiError::not_found("unknown_pipeline", pipeline_id)),
+        Err(e) => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("the tool call's task failed: {e}"),
+            ));
+        }
+    };
+    let record = outcome.trace.tool_calls().last().cloned();
+    let result = match outcome.result {
+        Ok(result) => result,
+        Err(hostpipe_core::ToolError::UnknownTool { .. }) => {
+            // Listed by the server but not offered: the pipeline's filter left it out.
+            let listed = state.app.host.list_tools(&server).await?;
+            return Err(if listed.iter().any(|t| t.name == name) {
+                ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "tool_not_offered",
+                    format!(
+                        "pipeline `{pipeline_id}` does not offer tool `{name}` of `{server}` ([pipelines.{pipeline_id}.tool_assembly] include and exclude)"
+                    ),
+                )
+            } else {
+                ApiError::not_found("unknown_tool", format!("`{server}` lists no tool `{name}`"))
+            });
+        }
+        Err(hostpipe_core::ToolError::Source(e)) => return Err(e.into()),
+        Err(e) => {
+            let (status, code) =
+                hostpipe_runners::mcp_json::tool_error_status(&e).unwrap_or((502, "server_error"));
+            return Err(ApiError::new(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                code,
+                e.to_string(),
+            ));
+        }
+    };
+    if let Some(r) = record.as_ref().filter(|r| r.withheld) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "tool_call_withheld",
+            format!(
+                "pipeline `{pipeline_id}`'s consent policy withheld the call of `{name}` (turn {turn_id}): {}",
+                r.consent.as_deref().unwrap_or("denied")
+            ),
+        ));
+    }
+    Ok(json(serde_json::json!({
+        "turn_id": turn_id,
+        "pipeline": pipeline_id,
+        "server": server,
+        "tool": name,
+        "offered_as": outcome.name,
+        "result": hostpipe_runners::mcp_json::call_tool_result(&result),
+        "call": record,
+    })))
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Ids given in a body: 1 to [`hostpipe_core::store::MAX_ID_BYTES`] bytes, not blank.
+fn check_ids(ids: &[(&str, &Option<String>)]) -> ApiResult<()> {
+    for (name, value) in ids {
+        if let Some(v) = value
+            && (v.trim().is_empty() || v.len() > hostpipe_core::store::MAX_ID_BYTES)
+        {
+            return Err(ApiError::bad_request(format!(
+                "`{name}` must be 1 to {} bytes, not blank",
+                hostpipe_core::store::MAX_ID_BYTES
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `POST /v1/servers/{server}/completion`: MCP `completion/complete` (spec 2025-11-25,
@@ -792,21 +1033,12 @@ fn turn_from(state: &ServeState, body: TurnBody) -> ApiResult<Turn> {
             scope: PinScope::Message,
         });
     }
-    for (name, value) in [
+    check_ids(&[
         ("conversation_id", &body.conversation_id),
         ("message_id", &body.message_id),
         ("bot_id", &body.bot_id),
         ("sender", &body.sender),
-    ] {
-        if let Some(v) = value
-            && (v.trim().is_empty() || v.len() > hostpipe_core::store::MAX_ID_BYTES)
-        {
-            return Err(ApiError::bad_request(format!(
-                "`{name}` must be 1 to {} bytes, not blank",
-                hostpipe_core::store::MAX_ID_BYTES
-            )));
-        }
-    }
+    ])?;
     let mut turn = Turn::new(body.pipeline, body.message);
     turn.ids.conversation = body.conversation_id;
     turn.ids.bot = body.bot_id;
@@ -1055,7 +1287,7 @@ mod tests {
             .filter(|p| p.starts_with("/v1/"))
             .collect();
         assert_eq!(routed, documented);
-        assert_eq!(routed.len(), 16);
+        assert_eq!(routed.len(), 20);
     }
 
     #[test]
@@ -1071,6 +1303,15 @@ mod tests {
         assert_eq!(
             needed_scope(&Method::POST, "/v1/servers/{server}/completion"),
             Scope::Read
+        );
+        assert_eq!(
+            needed_scope(&Method::POST, "/v1/servers/{server}/prompts/{name}"),
+            Scope::Read
+        );
+        // A tool call may change the world: admin only.
+        assert_eq!(
+            needed_scope(&Method::POST, "/v1/servers/{server}/tools/{name}/call"),
+            Scope::Admin
         );
         assert_eq!(needed_scope(&Method::POST, "/v1/turns"), Scope::Admin);
         // The raw path never decides: a consent id that looks like a read is not one.

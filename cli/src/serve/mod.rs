@@ -475,7 +475,9 @@ fn needed_scope(method: &Method, route: &str) -> Scope {
         || (method == Method::POST
             && matches!(
                 route,
-                "/v1/servers/{server}/resources/read" | "/v1/servers/{server}/completion"
+                "/v1/servers/{server}/resources/read"
+                    | "/v1/servers/{server}/completion"
+                    | "/v1/servers/{server}/prompts/{name}"
             ));
     if looks { Scope::Read } else { Scope::Admin }
 }

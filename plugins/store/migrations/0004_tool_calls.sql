@@ -21,6 +21,7 @@ CREATE TABLE hostpipe_tool_calls (
     result_tokens BIGINT NOT NULL,
     is_error      BIGINT NOT NULL,   -- 1: the tool reported an error, or the call failed
     error         TEXT,              -- why the call failed or was withheld
+    withheld      BIGINT NOT NULL,   -- 1: the pipeline's policy withheld it (never run)
     duration_ms   BIGINT NOT NULL,
     consent       TEXT,              -- the consent decision; NULL: no policy
     origin        TEXT NOT NULL,     -- 'model' | 'api' | 'agent'

@@ -7,9 +7,9 @@ use sqlx::any::AnyRow;
 use crate::{Bind, SqlStore, bind_all, to_i64};
 
 /// Columns of `hostpipe_tool_calls` that [`insert`] binds.
-const COLUMNS: usize = 17;
+const COLUMNS: usize = 18;
 
-/// Rows per INSERT statement (17 × 500 stays under every driver's bind limit).
+/// Rows per INSERT statement (18 × 500 stays under every driver's bind limit).
 const BATCH: usize = 500;
 
 fn insert(
@@ -18,7 +18,7 @@ fn insert(
     let mut sql = String::from(
         "INSERT INTO hostpipe_tool_calls (turn_id, seq, at_ms, pipeline, conversation, message, \
          server, tool, name, arguments, result_bytes, result_tokens, is_error, error, \
-         duration_ms, consent, origin) VALUES ",
+         withheld, duration_ms, consent, origin) VALUES ",
     );
     for i in 0..batch.len() {
         sql.push_str(if i > 0 { ", (" } else { "(" });
@@ -48,6 +48,7 @@ fn insert(
             .bind(to_i64(c.result_tokens))
             .bind(i64::from(c.is_error))
             .bind(c.error.clone())
+            .bind(i64::from(c.withheld))
             .bind(i64::try_from(c.elapsed_ms).unwrap_or(i64::MAX))
             .bind(c.consent.clone())
             .bind(c.origin.as_str());
@@ -158,6 +159,7 @@ impl SqlStore {
                 result_tokens: count("result_tokens")?,
                 is_error: count("is_error")? != 0,
                 error: row.try_get("error").map_err(get)?,
+                withheld: count("withheld")? != 0,
                 elapsed_ms: u64::try_from(count("duration_ms")?).unwrap_or(u64::MAX),
                 consent: row.try_get("consent").map_err(get)?,
                 origin,

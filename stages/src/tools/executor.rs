@@ -46,7 +46,6 @@ pub struct BoundTools {
     pub(super) asker: ConsentRequest,
     pub(super) deadline: Option<Instant>,
     pub(super) reads: ReadSink,
-    pub(super) origin: CallOrigin,
 }
 
 /// What the model is told about a call the policy withheld.
@@ -90,11 +89,11 @@ fn measure(result: &ToolCallResult, tk: Option<&Tokenizer>) -> (usize, usize) {
 impl BoundTools {
     /// A record of calling `tool` on `server` as `name`, not yet run.
     fn record(
-        &self,
         server: &str,
         tool: &str,
         name: &str,
         args: &serde_json::Value,
+        origin: CallOrigin,
     ) -> ToolCallRecord {
         ToolCallRecord {
             server: server.to_owned(),
@@ -105,9 +104,10 @@ impl BoundTools {
             result_tokens: 0,
             is_error: false,
             error: None,
+            withheld: false,
             elapsed_ms: 0,
             consent: None,
-            origin: self.origin,
+            origin,
         }
     }
 
@@ -182,7 +182,7 @@ impl BoundTools {
             let request = ConsentRequest {
                 server: server.to_owned(),
                 uri: String::new(),
-                reason: match self.origin {
+                reason: match record.origin {
                     CallOrigin::Model => format!("the model called {name}"),
                     CallOrigin::Api => format!("an API caller called {name}"),
                     CallOrigin::Agent => format!("the remote agent called {name}"),
@@ -210,6 +210,7 @@ impl BoundTools {
             record.consent = Some(verdict.how.clone());
             if !verdict.allowed {
                 record.is_error = true;
+                record.withheld = true;
                 record.error = Some(format!("withheld: {}", verdict.how));
                 return Ok(withheld(name));
             }
@@ -464,6 +465,15 @@ impl ToolExecutor for BoundTools {
         name: &str,
         arguments: serde_json::Value,
     ) -> Result<ToolCallResult, ToolError> {
+        self.call_from(name, arguments, CallOrigin::Model).await
+    }
+
+    async fn call_from(
+        &self,
+        name: &str,
+        arguments: serde_json::Value,
+        caller: CallOrigin,
+    ) -> Result<ToolCallResult, ToolError> {
         let started = Instant::now();
         let Some(origin) = self.routes.get(name) else {
             // A tool the pipeline's filter leaves out is refused as such; any other name
@@ -481,7 +491,7 @@ impl ToolExecutor for BoundTools {
                     .and_then(serde_json::Value::as_str)
                     .unwrap_or_default()
                     .to_owned();
-                let record = self.record(&server, name, name, &arguments);
+                let record = Self::record(&server, name, name, &arguments, caller);
                 let result = if name == LIST_RESOURCES {
                     self.list(&arguments).await
                 } else {
@@ -491,7 +501,7 @@ impl ToolExecutor for BoundTools {
                 result
             }
             ToolOrigin::Mcp { server, tool } => {
-                let mut record = self.record(server, tool, name, &arguments);
+                let mut record = Self::record(server, tool, name, &arguments, caller);
                 let result = self
                     .call_mcp(name, server, tool, arguments, &mut record)
                     .await;

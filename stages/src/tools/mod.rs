@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use hostpipe_core::{
-    BuildContext, CallOrigin, ConfigError, McpSource, ReadOrigin, Stage, StageError, StageOutcome,
-    StagePhase, ToolFilter, ToolOrigin, ToolSpec, TraceEvent, Turn,
+    BuildContext, ConfigError, McpSource, ReadOrigin, Stage, StageError, StageOutcome, StagePhase,
+    ToolFilter, ToolOrigin, ToolSpec, TraceEvent, Turn,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -241,7 +241,6 @@ impl Stage for ToolAssembly {
             ),
             deadline: turn.deadline,
             reads: turn.trace.read_sink(),
-            origin: CallOrigin::Model,
         }));
         Ok(StageOutcome::Continue)
     }

@@ -10,10 +10,16 @@
 //!   `message_completed`, `run_completed`, `run_failed`), ending with `run_completed` or
 //!   `run_failed`.
 //!
-//! The request lists the turn's tools so the agent knows what the user's servers offer;
-//! version 1 has no way for the agent to call them through hostpipe.
+//! The request lists the turn's tools so the agent knows what the user's servers offer.
+//! In version 1 (the default) the agent cannot call them. With `protocol = 2` the body
+//! is a [`RemoteRunRequestV2`] (`docs/remote-run-request.v2.schema.json`): the same
+//! fields plus `tool_endpoint`, a URL and a per-turn token with which the agent calls
+//! the turn's tools through hostpipe, under the pipeline's policy (offered tools, bound
+//! servers, consent; every call audited with origin `agent`). The token is valid while
+//! the turn runs. See [`tools`] and docs/remote-runner.md.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
@@ -26,8 +32,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::http::{self, HttpPolicy};
 
-/// The `version` of the request body this runner sends.
+mod tools;
+
+pub use tools::PATH as TOOL_ENDPOINT_PATH;
+
+/// The `version` of the request body of protocol 1.
 pub const VERSION: &str = "hostpipe.remote_run_request.v1";
+
+/// The `version` of the request body of protocol 2.
+pub const VERSION_2: &str = "hostpipe.remote_run_request.v2";
 
 /// Config section `[pipelines.ID.remote]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -46,6 +59,17 @@ pub struct RemoteConfig {
     pub connect_timeout_ms: u64,
     /// Retries after HTTP 429, 5xx or a failed connect. Default 2.
     pub max_retries: u32,
+    /// The protocol version: 1 (default) or 2 (the agent may call the turn's tools).
+    pub protocol: u8,
+    /// Protocol 2: where the tool endpoint listens. Default `127.0.0.1:0` (loopback, a
+    /// port the system picks).
+    pub tools_listen: String,
+    /// Protocol 2: the base URL the agent reaches the tool endpoint at, when not the
+    /// listening address (a container, a proxy); the agent gets it plus
+    /// `/v2/tool-calls`. Default: `http://` and the listening address.
+    pub tools_url: Option<String>,
+    /// Protocol 2: most tool calls the agent may make in one turn. Default 64.
+    pub max_tool_calls: u32,
 }
 
 impl Default for RemoteConfig {
@@ -57,6 +81,10 @@ impl Default for RemoteConfig {
             timeout_ms: 120_000,
             connect_timeout_ms: 10_000,
             max_retries: 2,
+            protocol: 1,
+            tools_listen: "127.0.0.1:0".into(),
+            tools_url: None,
+            max_tool_calls: 64,
         }
     }
 }
@@ -82,10 +110,35 @@ pub struct RemoteRunRequest {
     pub context: Vec<RemoteBlock>,
     /// The token budget the context was fitted into.
     pub context_budget: Option<usize>,
-    /// Tools the turn offers (for information; v1 cannot call them back).
+    /// Tools the turn offers (version 1: for information; version 2: callable through
+    /// `tool_endpoint`).
     pub tools: Vec<RemoteTool>,
     /// The model profile: name, context window, output tokens, vision, tool calling.
     pub model: RemoteModel,
+}
+
+/// The body of protocol 2: the version 1 fields (with `version` =
+/// [`VERSION_2`]) and the turn's tool endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RemoteRunRequestV2 {
+    /// The version 1 fields; `version` is `hostpipe.remote_run_request.v2`.
+    #[serde(flatten)]
+    pub request: RemoteRunRequest,
+    /// Where and how the agent calls the turn's tools; null when the turn offers none.
+    pub tool_endpoint: Option<RemoteToolEndpoint>,
+}
+
+/// The turn's tool endpoint (protocol 2).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RemoteToolEndpoint {
+    /// `POST` here `{"name": "<a name from tools>", "arguments": {...}}`; the answer is
+    /// an MCP `CallToolResult` (spec 2025-11-25, "Tools") or `{"error": {"code",
+    /// "message"}}`.
+    pub url: String,
+    /// Send as `Authorization: Bearer TOKEN`. Valid while this turn runs; secret.
+    pub token: String,
+    /// Most calls this turn may make.
+    pub max_calls: u32,
 }
 
 /// Ids of the turn.
@@ -282,12 +335,37 @@ pub fn request_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(RemoteRunRequest)).unwrap_or_default()
 }
 
+/// The JSON Schema of the protocol 2 body (`docs/remote-run-request.v2.schema.json`).
+pub fn request_schema_v2() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(RemoteRunRequestV2)).unwrap_or_default()
+}
+
+/// Protocol 2's settings, checked.
+#[derive(Debug)]
+struct Protocol2 {
+    listen: std::net::SocketAddr,
+    public_url: Option<String>,
+    max_calls: u32,
+    /// Started at the first turn; an error is kept and reported by every turn.
+    endpoint: tokio::sync::OnceCell<Result<tools::ToolEndpoint, String>>,
+}
+
+impl std::fmt::Debug for tools::ToolEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolEndpoint")
+            .field("url", &self.url())
+            .finish_non_exhaustive()
+    }
+}
+
 /// The `remote` runner; see the module documentation.
 #[derive(Debug)]
 pub struct RemoteRunner {
     url: String,
     client: reqwest::Client,
     policy: HttpPolicy,
+    /// Set for protocol 2.
+    protocol2: Option<Protocol2>,
 }
 
 impl RemoteRunner {
@@ -297,7 +375,10 @@ impl RemoteRunner {
     /// A runner for `config` with `token` (if any) as the bearer token.
     ///
     /// # Errors
-    /// [`ConfigError`] at `url` when missing or not a URL, at `headers.NAME`.
+    /// [`ConfigError`] at `url` when missing or not a URL, at `headers.NAME`, at
+    /// `protocol` when not 1 or 2, at `tools_listen` (not `IP:PORT`), `tools_url` (not
+    /// an http(s) URL) and `max_tool_calls` (0), and at any of these three with
+    /// protocol 1.
     pub fn new(config: RemoteConfig, token: Option<&str>) -> Result<Self, ConfigError> {
         if reqwest::Url::parse(&config.url).is_err() {
             return Err(ConfigError::new(
@@ -305,6 +386,64 @@ impl RemoteRunner {
                 format!("required: the agent's endpoint URL (got `{}`)", config.url),
             ));
         }
+        let defaults = RemoteConfig::default();
+        let protocol2 = match config.protocol {
+            1 => {
+                for (key, set) in [
+                    ("tools_listen", config.tools_listen != defaults.tools_listen),
+                    ("tools_url", config.tools_url.is_some()),
+                    (
+                        "max_tool_calls",
+                        config.max_tool_calls != defaults.max_tool_calls,
+                    ),
+                ] {
+                    if set {
+                        return Err(ConfigError::new(
+                            key,
+                            "only for `protocol = 2` (protocol 1 gives the agent no tool endpoint)",
+                        ));
+                    }
+                }
+                None
+            }
+            2 => {
+                let listen = config.tools_listen.parse().map_err(|_| {
+                    ConfigError::new(
+                        "tools_listen",
+                        format!(
+                            "`{}` is not IP:PORT (e.g. `127.0.0.1:0`, `0.0.0.0:7801`)",
+                            config.tools_listen
+                        ),
+                    )
+                })?;
+                if let Some(u) = &config.tools_url
+                    && !reqwest::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))
+                {
+                    return Err(ConfigError::new(
+                        "tools_url",
+                        format!("`{u}` is not an http(s) URL"),
+                    ));
+                }
+                if config.max_tool_calls == 0 {
+                    return Err(ConfigError::new(
+                        "max_tool_calls",
+                        "0 would refuse every call; give at least 1",
+                    ));
+                }
+                Some(Protocol2 {
+                    listen,
+                    public_url: config.tools_url.clone(),
+                    max_calls: config.max_tool_calls,
+                    endpoint: tokio::sync::OnceCell::new(),
+                })
+            }
+            other => {
+                return Err(ConfigError::new(
+                    "protocol",
+                    format!("{other} is not a protocol version; give 1 or 2"),
+                ));
+            }
+        };
         let policy = HttpPolicy::from_ms(
             config.timeout_ms,
             config.connect_timeout_ms,
@@ -314,11 +453,64 @@ impl RemoteRunner {
             client: http::client(&config.headers, token, policy)?,
             url: config.url,
             policy,
+            protocol2,
         })
     }
 
+    /// The body for `request`, and the turn's access to the tool endpoint (protocol 2,
+    /// when the turn offers tools): the token is valid until it is dropped.
+    async fn body(
+        &self,
+        request: &RunRequest,
+    ) -> Result<(serde_json::Value, Option<tools::TurnAccess>), RunError> {
+        let mut body = RemoteRunRequest::from_request(request);
+        let Some(p2) = &self.protocol2 else {
+            return Ok((serde_json::to_value(body).unwrap_or_default(), None));
+        };
+        body.version = VERSION_2.into();
+        let executor = request
+            .tool_executor
+            .as_ref()
+            .filter(|_| !request.tools.is_empty());
+        let (tool_endpoint, access) = match executor {
+            None => (None, None),
+            Some(executor) => {
+                let endpoint = p2
+                    .endpoint
+                    .get_or_init(|| async {
+                        tools::ToolEndpoint::start(p2.listen, p2.public_url.as_deref(), p2.max_calls)
+                            .await
+                            .map_err(|e| {
+                                format!(
+                                    "remote runner: the tool endpoint cannot listen on {} (tools_listen): {e}",
+                                    p2.listen
+                                )
+                            })
+                    })
+                    .await
+                    .as_ref()
+                    .map_err(|e| RunError::backend(e.clone()))?;
+                let access = endpoint.grant(Arc::clone(executor));
+                (
+                    Some(RemoteToolEndpoint {
+                        url: endpoint.url().to_owned(),
+                        token: access.token.clone(),
+                        max_calls: p2.max_calls,
+                    }),
+                    Some(access),
+                )
+            }
+        };
+        let body = RemoteRunRequestV2 {
+            request: body,
+            tool_endpoint,
+        };
+        Ok((serde_json::to_value(body).unwrap_or_default(), access))
+    }
+
     async fn run_inner(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
-        let body = RemoteRunRequest::from_request(request);
+        // The token stays valid until this function returns: the turn is over then.
+        let (body, _access) = self.body(request).await?;
         let response = http::send(
             "remote agent",
             self.policy,
