@@ -665,6 +665,16 @@ impl Service {
     /// Starts `hostpipe serve --config CONFIG --store STORE` (`extra` appended) and
     /// waits until `/readyz` says ready (at most 60 s).
     pub async fn start(config: &Path, store: &str, extra: &[&str]) -> Self {
+        Self::start_with_env(config, store, extra, &[]).await
+    }
+
+    /// [`Service::start`] with `env` added to the process's environment.
+    pub async fn start_with_env(
+        config: &Path,
+        store: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         use tokio::io::AsyncBufReadExt as _;
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("serve.log");
@@ -680,6 +690,7 @@ impl Service {
             .env("HOSTPIPE_TOKEN", ADMIN_TOKEN)
             .env("HOSTPIPE_READ_TOKEN", READ_TOKEN)
             .env("HOSTPIPE_DATA_DIR", dir.path())
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .kill_on_drop(true);

@@ -332,7 +332,8 @@ pub struct ToolCallEntry {
     pub conversation: Option<String>,
     /// The message id, if any.
     pub message: Option<String>,
-    /// The call.
+    /// The call (its fields inline in JSON, as [`InjectionRecord`]'s read).
+    #[serde(flatten)]
     pub call: crate::trace::ToolCallRecord,
 }
 

@@ -14,10 +14,10 @@
 //!   context; images as a following user message with image parts when the model has
 //!   vision, else a note), each cut token-exactly (the `[… N tokens omitted …]` marker of
 //!   resources) to `max_tool_result_tokens` or to what the model's window has left (its
-//!   input tokens less the messages so far), whichever is less: a 1 MB result never
-//!   overflows the request. Before every model call the messages are counted again:
-//!   tool results are cut further (oldest first) so the request stays within the
-//!   model's input tokens.
+//!   input tokens less the messages so far, but at least a quarter of its input
+//!   tokens), whichever is less: a 1 MB result never overflows the request. Before
+//!   every model call the messages are counted again: tool results are cut further
+//!   (oldest first) so the request stays within the model's input tokens.
 //! - Tool schemas go without `$schema`, `$id` and `$comment` ([`model_schema`]).
 //! - Retries with backoff on 429/5xx honouring `Retry-After`; errors typed
 //!   ([`RunError::Auth`], [`RunError::RateLimited`], [`RunError::ContextTooLong`],
@@ -542,6 +542,10 @@ fn tool_result_text(
     (text, images)
 }
 
+/// The newest tool result may take at least 1/N of the model's input tokens, however
+/// full the window is (older results are cut for it).
+const NEWEST_RESULT_SHARE: usize = 4;
+
 /// Tokens a `tool` message costs besides its content (role, id, separators), counted
 /// generously.
 const TOOL_MESSAGE_OVERHEAD: usize = 16;
@@ -748,10 +752,13 @@ impl LocalAgentRunner {
                         .and_then(Value::as_str)
                         .map(str::to_owned),
                 };
-                // Each result gets at most what the window has left: the messages so
-                // far and the reserved output taken, whatever the tool returned.
-                let room =
-                    limit.saturating_sub(message_tokens(&messages, &tk) + TOOL_MESSAGE_OVERHEAD);
+                // Each result gets at most what the window has left (the messages so
+                // far and the reserved output taken), whatever the tool returned; but
+                // the newest result always gets a quarter of the window: the cut before
+                // the next model call takes the difference from older results.
+                let room = limit
+                    .saturating_sub(message_tokens(&messages, &tk) + TOOL_MESSAGE_OVERHEAD)
+                    .max(limit / NEWEST_RESULT_SHARE);
                 let (text, is_error) = match executor.call(&call.name, arguments).await {
                     Ok(result) => {
                         let (text, mut more) = tool_result_text(

@@ -2,10 +2,16 @@
 would do. Standard library only (urllib), so it shows the API needs nothing special.
 
     python platform_client.py BASE_URL SERVER      (token in $HOSTPIPE_READ_TOKEN)
+    python platform_client.py BASE_URL tools PIPELINE  (token in $HOSTPIPE_ADMIN_TOKEN)
 
 Lists the servers, then SERVER's resources and resource templates, reads the first
 resource and the `greeting://{name}` template, tries to run a turn with the read-only
 token, and prints one JSON document of what it saw. The e2e test checks the values.
+
+In `tools` mode it uses server-everything (`everything`) and server-filesystem (`fs`)
+through PIPELINE: lists the tools the pipeline offers, calls `get-sum`, a tool the
+pipeline leaves out, `fs`'s `write_file` and a tool of a server the pipeline does not
+bind, gets `args-prompt`, and reads the tool call history.
 
 With $HOSTPIPE_OPENAPI (docs/openapi.json) set, every answer is also validated against
 the schema the document gives for its route, method and status (JSON Schema 2020-12,
@@ -107,15 +113,66 @@ class Hostpipe:
         query = urllib.parse.urlencode(filters)
         return self._call("GET", "/v1/history", f"/v1/history?{query}")
 
+    def tools(self, name, pipeline=None):
+        query = f"?pipeline={self._q(pipeline)}" if pipeline else ""
+        route = "/v1/servers/{server}/tools"
+        return self._call("GET", route, f"/v1/servers/{self._q(name)}/tools{query}")
+
+    def call_tool(self, name, tool, pipeline, arguments=None, **fields):
+        body = {"pipeline": pipeline, "arguments": arguments or {}, **fields}
+        route = "/v1/servers/{server}/tools/{name}/call"
+        path = f"/v1/servers/{self._q(name)}/tools/{self._q(tool)}/call"
+        return self._call("POST", route, path, body)
+
+    def prompt(self, name, prompt, arguments):
+        route = "/v1/servers/{server}/prompts/{name}"
+        path = f"/v1/servers/{self._q(name)}/prompts/{self._q(prompt)}"
+        return self._call("POST", route, path, {"arguments": arguments})
+
+    def tool_history(self, **filters):
+        query = urllib.parse.urlencode(filters)
+        return self._call("GET", "/v1/history/tool-calls", f"/v1/history/tool-calls?{query}")
+
     def run_turn(self, pipeline, message, **fields):
         body = {"pipeline": pipeline, "message": message, **fields}
         return self._call("POST", "/v1/turns", "/v1/turns", body)
 
 
+def error_code(call):
+    try:
+        call()
+    except HostpipeError as e:
+        return e.code
+    return None
+
+
+def tools_main(base_url, pipeline, check):
+    api = Hostpipe(base_url, os.environ["HOSTPIPE_ADMIN_TOKEN"], openapi=check)
+    listed = api.tools("everything", pipeline)["tools"]
+    offered = {t["name"]: t["offered_as"] for t in listed}
+    summed = api.call_tool("everything", "get-sum", pipeline, {"a": 2, "b": 3}, conversation_id="c-py")
+    text = "".join(c["text"] for c in summed["result"]["content"] if c["type"] == "text")
+    print(json.dumps({
+        "offered": {k: offered[k] for k in ("get-sum", "get-env", "echo")},
+        "annotations": next(t["annotations"] for t in listed if t["name"] == "get-sum"),
+        "sum": text,
+        "sum_call": summed["call"],
+        "left_out": error_code(lambda: api.call_tool("everything", "echo", pipeline, {"message": "hi"})),
+        "write": error_code(lambda: api.call_tool("fs", "write_file", pipeline, {"path": os.environ["FS_TARGET"], "content": "from python"})),
+        "unbound": error_code(lambda: api.call_tool("demo", "search_docs", pipeline, {"query": "x"})),
+        "unknown": error_code(lambda: api.call_tool("everything", "no-such-tool", pipeline)),
+        "prompt": api.prompt("everything", "args-prompt", {"city": "Paris"}),
+        "history": [(c["tool"], c["origin"], c["withheld"]) for c in api.tool_history(pipeline=pipeline)["calls"]],
+        "openapi_checked": check.checked if check else 0,
+    }))
+
+
 def main():
-    base_url, server = sys.argv[1], sys.argv[2]
     spec = os.environ.get("HOSTPIPE_OPENAPI")
     check = OpenApiCheck(spec) if spec else None
+    if sys.argv[2] == "tools":
+        return tools_main(sys.argv[1], sys.argv[3], check)
+    base_url, server = sys.argv[1], sys.argv[2]
     api = Hostpipe(base_url, os.environ["HOSTPIPE_READ_TOKEN"], openapi=check)
     info = api.server(server)
     resources = api.resources(server)

@@ -27,6 +27,7 @@ mod runners;
 mod serve;
 mod store;
 mod summarizer;
+mod tools;
 
 use std::sync::Arc;
 

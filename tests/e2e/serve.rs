@@ -65,7 +65,7 @@ budget_tokens = 6000
 
 [pipelines.support.consent]
 ask_timeout_ms = 20000
-rules = [{{ server = "kb", host = "ask" }}]
+rules = [{{ server = "kb", host = "ask" }}, {{ server = "everything", tool = "echo", call = "deny" }}]
 "#,
         embedded = hostpipe_cli::config::EMBEDDED_TOML,
         exe = hostpipe_tests::hostpipe_bin(),
@@ -139,6 +139,7 @@ fn concrete(path: &str) -> String {
     path.replace("{server}", "demo")
         .replace("{pin_id}", "00000000-0000-0000-0000-000000000000")
         .replace("{id}", "default")
+        .replace("{name}", "search_docs")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,7 +208,7 @@ async fn every_documented_route_needs_the_right_token() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 18, "every /v1 operation was checked");
+    assert_eq!(checked, 22, "every /v1 operation was checked");
 
     // The scheme is case-insensitive (RFC 9110 §11.1).
     let res = reqwest::Client::new()
@@ -399,7 +400,8 @@ async fn servers_resources_reads_and_completion() {
     assert!(image["width"].as_u64().unwrap() > 0 && image["height"].as_u64().unwrap() > 0);
     let png = base64_decode(image["data"].as_str().unwrap());
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    // A blob that is not an image falls back to a note: no base64 in the text.
+    // A blob the server calls text/plain, valid UTF-8: text, as a turn has it (the read
+    // result's MIME type wins over the template's; docs/configuration.md).
     let (s, v) = post(
         &svc,
         &read("everything"),
@@ -407,14 +409,13 @@ async fn servers_resources_reads_and_completion() {
     )
     .await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    // As a turn has it: the template lists text/plain, the server sends a blob, and the
-    // declarations conflict, so it stays binary (docs/configuration.md).
-    assert_eq!(v["contents"][0]["kind"], "fallback", "{v}");
-    assert_eq!(v["contents"][0]["reason"]["kind"], "binary");
+    assert_eq!(v["contents"][0]["kind"], "text", "{v}");
+    assert_eq!(v["contents"][0]["mime_type"], "text/plain");
     assert!(
-        v["contents"][0]["text"].as_str().unwrap().starts_with(
-            "[binary resource demo://resource/dynamic/blob/3 not shown (Dynamic Blob Resource, "
-        ),
+        v["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Resource 3: This is a base64 blob created at "),
         "{v}"
     );
     // A template, expanded with its arguments.
@@ -1406,6 +1407,15 @@ async fn the_admin_page_in_chromium() {
     let store = hostpipe_store::sqlite_url(&dir.path().join("store.db"));
     let svc = Service::start(&config, &store, &[]).await;
     let shot = dir.path().join("admin.png");
+    // A call the policy withholds (rules[1]), for the page's tool call table.
+    let (s, v) = post(
+        &svc,
+        "/v1/servers/everything/tools/echo/call",
+        json!({"pipeline": "support", "conversation_id": "browser-1", "arguments": {"message": "hi"}}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(code(&v), "tool_call_withheld");
     let out = tokio::process::Command::new(hostpipe_tests::node22())
         .arg(root().join("tests/browser/admin.mjs"))
         .arg(&svc.base)
@@ -1439,6 +1449,29 @@ async fn the_admin_page_in_chromium() {
     assert_eq!(doc["history_row"][1], "browser-1");
     assert_eq!(doc["history_row"][5], "conversation");
     assert_eq!(doc["error_row_class"], "error");
+    // The tool calls beside the reads: time, conversation, pipeline, server, tool, by,
+    // arguments, tokens, consent, error.
+    let row: Vec<&str> = doc["tool_row"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        row[1..8],
+        [
+            "browser-1",
+            "support",
+            "everything",
+            "get-sum",
+            "api",
+            r#"{"a":1,"b":2}"#,
+            "12"
+        ]
+    );
+    // "The sum of 1 and 2 is 3." is 12 tokens of o200k_base.
+    assert_eq!(row[8], "allowed by the default for read-only tools");
+    assert_eq!(doc["withheld_row_class"], "error");
     if let Ok(keep) = std::env::var("HOSTPIPE_KEEP_SCREENSHOT") {
         std::fs::copy(&shot, keep).unwrap();
     }

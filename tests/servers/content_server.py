@@ -2,7 +2,9 @@
 a 2 MB markdown document (one answer in its middle), a 4000x3000 PNG, a PNG whose
 header claims 100000x100000 pixels, a PDF blob, blobs without a MIME type (UTF-8 text
 and random bytes), a blob that is not valid base64, a user-only resource and three
-resources with priorities 1.0, 0.5 and 0.1; stdio."""
+resources with priorities 1.0, 0.5 and 0.1. Two tools: `export_handbook` (read-only)
+returns the 2 MB document, `archive_notes` has no annotations; both schemas carry
+`$schema`, as servers built with zod-to-json-schema send. stdio."""
 import base64
 import random
 import struct
@@ -117,7 +119,30 @@ async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.R
     return types.ReadResourceResult(contents=contents)
 
 
-server = Server("content", on_list_resources=list_resources, on_read_resource=read_resource)
+SCHEMA = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "properties": {}}
+TOOLS = [
+    types.Tool(name="export_handbook", description="The whole staff handbook as text.",
+               input_schema=SCHEMA, annotations=types.ToolAnnotations(read_only_hint=True)),
+    types.Tool(name="archive_notes", description="Archives the notes.", input_schema=SCHEMA),
+]
+
+
+async def list_tools(ctx, params) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=TOOLS)
+
+
+async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    if params.name == "export_handbook":
+        text = BIG
+    elif params.name == "archive_notes":
+        text = "archived 3 notes"
+    else:
+        raise ValueError(f"unknown tool {params.name}")
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+
+server = Server("content", on_list_resources=list_resources, on_read_resource=read_resource,
+                on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 async def main() -> None:

@@ -236,22 +236,21 @@ async function loadToolCalls(fresh) {
   const tbody = $("tool-calls").tBodies[0];
   if (fresh) tbody.replaceChildren();
   for (const c of calls) {
-    const call = c.call;
-    let args = JSON.stringify(call.arguments);
+    let args = JSON.stringify(c.arguments);
     if (args.length > 80) args = args.slice(0, 77) + "…";
     const cells = [
       new Date(c.at_ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z"),
       c.conversation || "-",
       c.pipeline,
-      call.server,
-      call.tool,
-      call.origin,
+      c.server,
+      c.tool,
+      c.origin,
       args,
-      String(call.result_tokens),
-      call.consent || "",
-      call.error || (call.is_error ? "the tool reported an error" : ""),
+      String(c.result_tokens),
+      c.consent || "",
+      c.error || (c.is_error ? "the tool reported an error" : ""),
     ];
-    const tr = el("tr", { class: call.is_error ? "error" : "", "data-tool": call.tool }, ...cells.map((x) => el("td", {}, x)));
+    const tr = el("tr", { class: c.is_error ? "error" : "", "data-tool": c.tool }, ...cells.map((x) => el("td", {}, x)));
     tbody.append(tr);
   }
   callsOffset = next_offset ?? callsOffset;
