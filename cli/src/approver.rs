@@ -4,7 +4,7 @@ use std::io::{BufRead as _, Write as _};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use hostpipe_core::{Approver, ConsentAnswer, ConsentRequest, ReadOrigin};
+use hostpipe_core::{Approver, CallOrigin, ConsentAnswer, ConsentRequest, ReadOrigin};
 use tokio::sync::mpsc;
 
 /// Asks on the controlling terminal (`/dev/tty`, so it works while stdin carries the
@@ -106,9 +106,14 @@ impl Approver for TerminalApprover {
         };
         // Type-ahead (or a late answer to a question that timed out) is not an answer.
         while rx.try_recv().is_ok() {}
-        let who = match request.origin {
-            ReadOrigin::Host => "An attachment",
-            ReadOrigin::Model => "The model",
+        let who = match (&request.tool, request.origin) {
+            (Some(t), _) => match t.caller {
+                CallOrigin::Model => "The model",
+                CallOrigin::Api => "An HTTP API caller",
+                CallOrigin::Agent => "The remote agent",
+            },
+            (None, ReadOrigin::Host) => "An attachment",
+            (None, ReadOrigin::Model) => "The model",
         };
         let (conversation, choices) = match &request.conversation {
             Some(c) => (

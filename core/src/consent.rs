@@ -472,17 +472,25 @@ pub struct ToolCallRequest {
     /// Its arguments (a JSON object); an object over [`ToolCallRequest::MAX_ARGUMENT_BYTES`]
     /// of JSON is replaced by a string: its first bytes and how many were left out.
     pub arguments: serde_json::Value,
+    /// Who makes the call: the model, an HTTP API caller or a remote agent.
+    #[serde(default)]
+    pub caller: crate::trace::CallOrigin,
 }
 
 impl ToolCallRequest {
     /// Most bytes of arguments shown to the approver (and kept in the history), as JSON.
     pub const MAX_ARGUMENT_BYTES: usize = 4096;
 
-    /// The request for calling `name` with `arguments`, capped.
-    pub fn new(name: impl Into<String>, arguments: &serde_json::Value) -> Self {
+    /// The request of `caller` for calling `name` with `arguments`, capped.
+    pub fn new(
+        name: impl Into<String>,
+        arguments: &serde_json::Value,
+        caller: crate::trace::CallOrigin,
+    ) -> Self {
         Self {
             name: name.into(),
             arguments: cap_json(arguments, Self::MAX_ARGUMENT_BYTES),
+            caller,
         }
     }
 }

@@ -192,6 +192,7 @@ impl BoundTools {
                     &args
                         .clone()
                         .map_or(serde_json::Value::Null, serde_json::Value::Object),
+                    record.origin,
                 )),
                 ..self.asker.clone()
             };
