@@ -713,6 +713,15 @@ async fn command(app: &App, command: Command) -> anyhow::Result<ExitCode> {
                                 read.error.as_deref().unwrap_or("")
                             )
                         }
+                        // A withheld or failed call (not one whose tool reported an
+                        // error: that is the tool's answer).
+                        TraceEvent::ToolCall(call) if call.error.is_some() => eprintln!(
+                            "warning: tool call {} of `{}` ({}): {}",
+                            call.tool,
+                            call.server,
+                            call.origin.as_str(),
+                            call.error.as_deref().unwrap_or("")
+                        ),
                         _ => {}
                     }
                 }

@@ -293,6 +293,13 @@ async fn the_model_calls_tools_under_the_policy() {
             &json!({"source": files.join("a.txt"), "destination": files.join("b.txt")}).to_string(),
         ),
         answer("done"),
+        // The second turn, run without --json.
+        tool_call(
+            "d1",
+            "fs__write_file",
+            &json!({"path": target, "content": "again"}).to_string(),
+        ),
+        answer("done again"),
     ]);
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
@@ -346,8 +353,21 @@ max_tool_result_tokens = 1000000
     assert!(!target.exists());
     assert!(files.join("a.txt").exists() && !files.join("b.txt").exists());
 
+    // The same case as text: the reply on stdout, the withheld call on stderr.
+    let out = hostpipe(&["run", "write it again"]).output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done again");
+    assert!(
+        stderr.contains(
+            "warning: tool call write_file of `fs` (model): withheld: denied by rules[0] (server fs, tool write_*)"
+        ),
+        "{stderr}"
+    );
+    assert!(!target.exists());
+
     let requests = api.requests();
-    assert_eq!(requests.len(), 6);
+    assert_eq!(requests.len(), 8);
     // What the model was offered: no left-out tool, no `$schema` (the content
     // server's tools carry one; the request checker refuses it too).
     let tools: Vec<&str> = requests[0]["tools"]
@@ -480,9 +500,11 @@ max_tool_result_tokens = 1000000
             )
         })
         .collect();
+    // Newest turn first, each turn's calls in order.
     assert_eq!(
         tools,
         vec![
+            ("write_file", true),
             ("write_file", true),
             ("get-env", false),
             ("export_handbook", false),
@@ -490,7 +512,8 @@ max_tool_result_tokens = 1000000
             ("move_file", true)
         ]
     );
-    assert_eq!(history[0]["turn_id"], doc["turn_id"]);
+    assert_eq!(history[1]["turn_id"], doc["turn_id"]);
+    assert_eq!(history[1]["arguments"]["content"], "pwned");
     let out = hostpipe(&["history", "--tools", "--errors"])
         .output()
         .await
