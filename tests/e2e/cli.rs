@@ -59,7 +59,7 @@ fn run_json_carries_preview_and_trace_and_message_attachments() {
     assert_eq!(blocks[0]["scope"], "message");
     assert_eq!(
         blocks[0]["text"],
-        "[binary resource demo://data/sample.bin not shown (Binary sample, application/octet-stream, 2048 bytes)]"
+        "[binary resource demo://data/sample.bin not shown: application/octet-stream is not text (Binary sample, application/octet-stream, 2048 bytes)]"
     );
     assert!(
         blocks
