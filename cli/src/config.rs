@@ -632,6 +632,27 @@ impl LoadedConfig {
                                 ),
                             )));
                         }
+                        // `tool` takes the server's own name; the model's `server__tool`
+                        // name would silently never match.
+                        if let Some(tool) = &rule.tool
+                            && let Some((prefix, own)) = tool.split_once("__")
+                            && known.iter().any(|s| {
+                                s == prefix
+                                    || s.replace(
+                                        |c: char| {
+                                            !c.is_ascii_alphanumeric() && c != '_' && c != '-'
+                                        },
+                                        "_",
+                                    ) == prefix
+                            })
+                        {
+                            return Err(err(ConfigError::new(
+                                at(&format!("consent.rules[{i}].tool")),
+                                format!(
+                                    "`{tool}` is the name the model sees; a rule names the tool as its server lists it: `tool = \"{own}\"` with `server = \"{prefix}\"`"
+                                ),
+                            )));
+                        }
                     }
                     let policy = hostpipe_core::ConsentPolicy::new(config)
                         .map_err(|e| err(e.under(&at("consent"))))?;

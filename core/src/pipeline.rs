@@ -242,21 +242,20 @@ impl Pipeline {
         arguments: serde_json::Value,
         origin: crate::trace::CallOrigin,
     ) -> Result<ToolCallOutcome, Box<TurnOutcome>> {
-        let (request, mut trace, bound, ids) = self.tools_turn(turn).await?;
+        let (request, mut trace, _, ids) = self.tools_turn(turn).await?;
         let offered = request.tools.iter().find(|t| {
             matches!(&t.origin, crate::ToolOrigin::Mcp { server: s, tool: t } if s == server && t == tool)
         });
-        let result = match (offered, &request.tool_executor) {
-            _ if !bound.iter().any(|b| b == server) => Err(crate::ToolError::ServerNotBound {
-                server: server.to_owned(),
-                allowed: bound,
-            }),
+        let result = match &request.tool_executor {
             // Bounded inside: the approver by the turn's deadline, the server by its
-            // request timeout; the call's record is written either way.
-            (Some(spec), Some(executor)) => executor.call_from(&spec.name, arguments, origin).await,
-            // Not among the offered tools: the caller tells a filtered tool from an
-            // unknown one by the server's list.
-            _ => Err(crate::ToolError::UnknownTool {
+            // request timeout. Refusals are recorded too.
+            Some(executor) => {
+                executor
+                    .call_server_tool(server, tool, arguments, origin)
+                    .await
+            }
+            // No tool_assembly stage: the pipeline offers no tool.
+            None => Err(crate::ToolError::NotOffered {
                 name: format!("{server}/{tool}"),
             }),
         };

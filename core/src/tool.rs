@@ -59,6 +59,12 @@ impl ToolFilter {
                 .iter()
                 .enumerate()
                 .map(|(i, p)| {
+                    if p.trim().is_empty() {
+                        return Err(ConfigError::new(
+                            format!("{key}[{i}]"),
+                            "an empty glob matches no tool: remove it",
+                        ));
+                    }
                     GlobBuilder::new(p)
                         .literal_separator(false)
                         .backslash_escape(true)
@@ -81,8 +87,15 @@ impl ToolFilter {
 
     /// Whether the tool the model would see as `name` is offered.
     pub fn offers(&self, name: &str) -> bool {
-        (self.include.is_empty() || self.include.iter().any(|g| g.is_match(name)))
-            && !self.exclude.iter().any(|g| g.is_match(name))
+        self.offers_any(&[name])
+    }
+
+    /// Whether a tool known by any of `names` is offered: some `include` glob matches
+    /// one of them (or there is none) and no `exclude` glob matches any. For a tool whose
+    /// `server__tool` name was shortened or hashed, give both names.
+    pub fn offers_any(&self, names: &[&str]) -> bool {
+        let any = |globs: &[GlobMatcher]| globs.iter().any(|g| names.iter().any(|n| g.is_match(n)));
+        (self.include.is_empty() || any(&self.include)) && !any(&self.exclude)
     }
 }
 
@@ -161,6 +174,28 @@ pub trait ToolExecutor: Send + Sync {
         let _ = origin;
         self.call(name, arguments).await
     }
+
+    /// Calls MCP tool `tool` of `server` (its name as the server lists it, whatever name
+    /// the turn offers it under) on behalf of `origin`, as [`ToolExecutor::call_from`]
+    /// would. Refusals are recorded like calls: a tool the pipeline leaves out is
+    /// [`ToolError::NotOffered`], a server not bound for the turn
+    /// [`ToolError::ServerNotBound`], a tool its server does not list
+    /// [`ToolError::UnknownTool`]. The default refuses every call as not offered.
+    ///
+    /// # Errors
+    /// As [`ToolExecutor::call`].
+    async fn call_server_tool(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+        origin: crate::trace::CallOrigin,
+    ) -> Result<ToolCallResult, ToolError> {
+        let _ = (arguments, origin);
+        Err(ToolError::NotOffered {
+            name: format!("{server}/{tool}"),
+        })
+    }
 }
 
 /// Marks a turn that runs a pipeline's stages only to call one tool (the HTTP API's
@@ -173,5 +208,32 @@ pub struct ToolsOnly;
 impl std::fmt::Debug for dyn ToolExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ToolExecutor")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn include_and_exclude_globs_decide_what_is_offered() {
+        let none = ToolFilter::new(&[], &[]).unwrap();
+        assert!(none.offers("fs__write_file"));
+        let f = ToolFilter::new(
+            &["fs__*".into(), "read_resource".into()],
+            &["*__write_*".into()],
+        )
+        .unwrap();
+        assert!(f.offers("fs__read_file"));
+        assert!(f.offers("read_resource"));
+        assert!(!f.offers("fs__write_file"), "exclude wins over include");
+        assert!(!f.offers("kb__search"), "not included");
+        // A hashed name is judged by its plain name too.
+        assert!(!f.offers_any(&["fs__write_file_1a2b3c4d", "fs__write_file"]));
+        assert!(f.offers_any(&["fs__read_file_1a2b3c4d", "fs__read_file"]));
+        let e = ToolFilter::new(&[], &["ok".into(), " ".into()]).unwrap_err();
+        assert_eq!(e.key, "exclude[1]");
+        let e = ToolFilter::new(&["fs__[".into()], &[]).unwrap_err();
+        assert_eq!(e.key, "include[0]");
     }
 }

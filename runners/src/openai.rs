@@ -715,7 +715,12 @@ impl LocalAgentRunner {
                 let arguments: Value = match serde_json::from_str(&call.arguments) {
                     Ok(v) => v,
                     Err(e) => {
-                        // The model wrote invalid JSON: tell it, do not call the tool.
+                        // The model wrote invalid JSON: tell it. The executor gets the
+                        // text as it came, refuses it (not a JSON object) without
+                        // calling the tool, and records the attempt for the audit.
+                        let _ = executor
+                            .call(&call.name, Value::String(call.arguments.clone()))
+                            .await;
                         events
                             .emit(RunEvent::ToolCallStarted {
                                 id: call.id.clone(),

@@ -11,7 +11,8 @@ token, and prints one JSON document of what it saw. The e2e test checks the valu
 In `tools` mode it uses server-everything (`everything`) and server-filesystem (`fs`)
 through PIPELINE: lists the tools the pipeline offers, calls `get-sum`, a tool the
 pipeline leaves out, `fs`'s `write_file` and a tool of a server the pipeline does not
-bind, gets `args-prompt`, and reads the tool call history.
+bind, an unknown tool, arguments that are not an object, gets `args-prompt` and an
+unknown prompt, and reads the tool call history.
 
 With $HOSTPIPE_OPENAPI (docs/openapi.json) set, every answer is also validated against
 the schema the document gives for its route, method and status (JSON Schema 2020-12,
@@ -161,7 +162,11 @@ def tools_main(base_url, pipeline, check):
         "write": error_code(lambda: api.call_tool("fs", "write_file", pipeline, {"path": os.environ["FS_TARGET"], "content": "from python"})),
         "unbound": error_code(lambda: api.call_tool("demo", "search_docs", pipeline, {"query": "x"})),
         "unknown": error_code(lambda: api.call_tool("everything", "no-such-tool", pipeline)),
+        "bad_arguments": error_code(lambda: api._call(
+            "POST", "/v1/servers/{server}/tools/{name}/call", "/v1/servers/everything/tools/get-sum/call",
+            {"pipeline": pipeline, "arguments": [2, 3]})),
         "prompt": api.prompt("everything", "args-prompt", {"city": "Paris"}),
+        "unknown_prompt": error_code(lambda: api.prompt("everything", "no-such-prompt", {})),
         "history": [(c["tool"], c["origin"], c["withheld"]) for c in api.tool_history(pipeline=pipeline)["calls"]],
         "openapi_checked": check.checked if check else 0,
     }))

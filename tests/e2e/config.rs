@@ -27,6 +27,14 @@ fn bad_configs_are_refused_with_file_and_key() {
             "bad.toml: pipelines.default.consent.rules[0].server: unknown MCP server `nope`; configured servers: a, b",
         ),
         (
+            "[pipelines.default]\n[pipelines.default.consent]\nrules = [{ server = \"a\", tool = \"a__write_file\", call = \"deny\" }]",
+            "bad.toml: pipelines.default.consent.rules[0].tool: `a__write_file` is the name the model sees; a rule names the tool as its server lists it: `tool = \"write_file\"` with `server = \"a\"`",
+        ),
+        (
+            "[pipelines.default.tool_assembly]\nexclude = [\"a__*\", \"\"]",
+            "bad.toml: pipelines.default.tool_assembly.exclude[1]: an empty glob matches no tool: remove it",
+        ),
+        (
             "[store]\nurll = \"sqlite:x.db\"",
             "bad.toml: store.urll: unknown field `urll`, expected `url` or `history_retention_days` (line 2, column 1)",
         ),

@@ -247,21 +247,26 @@ runner = "preview"
     assert!(!target.exists(), "the denied write_file ran");
     assert_eq!(doc["unbound"], "server_not_bound");
     assert_eq!(doc["unknown"], "unknown_tool");
+    assert_eq!(doc["bad_arguments"], "invalid_arguments");
+    assert_eq!(doc["unknown_prompt"], "unknown_prompt");
     assert_eq!(
         doc["prompt"],
         json!({"messages": [{"role": "user", "content": {"type": "text", "text": "What's weather in Paris?"}}]})
     );
-    // Newest turn first: the withheld write, the sum, then get-env; the refused calls
-    // never became calls.
+    // Newest turn first, refusals too: the unknown tool, the unbound server's, the
+    // withheld write, the left-out echo, the sum, get-env.
     assert_eq!(
         doc["history"],
         json!([
+            ["no-such-tool", "api", false],
+            ["search_docs", "api", true],
             ["write_file", "api", true],
+            ["echo", "api", true],
             ["get-sum", "api", false],
             ["get-env", "api", false]
         ])
     );
-    assert_eq!(doc["openapi_checked"], 8);
+    assert_eq!(doc["openapi_checked"], 10);
 }
 
 /// The new user's cases through `hostpipe run --runner local`: the model calls
@@ -293,7 +298,9 @@ async fn the_model_calls_tools_under_the_policy() {
             &json!({"source": files.join("a.txt"), "destination": files.join("b.txt")}).to_string(),
         ),
         answer("done"),
-        // The second turn, run without --json.
+        // The second turn, run without --json: arguments that are not JSON, then the
+        // denied write again.
+        tool_call("d0", "fs__write_file", "{not json"),
         tool_call(
             "d1",
             "fs__write_file",
@@ -367,7 +374,15 @@ max_tool_result_tokens = 1000000
     assert!(!target.exists());
 
     let requests = api.requests();
-    assert_eq!(requests.len(), 8);
+    assert_eq!(requests.len(), 9);
+    let invalid = requests[7]["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        invalid.starts_with("Error: the arguments are not valid JSON"),
+        "{invalid}"
+    );
     // What the model was offered: no left-out tool, no `$schema` (the content
     // server's tools carry one; the request checker refuses it too).
     let tools: Vec<&str> = requests[0]["tools"]
@@ -500,10 +515,12 @@ max_tool_result_tokens = 1000000
             )
         })
         .collect();
-    // Newest turn first, each turn's calls in order.
+    // Newest turn first, each turn's calls in order: the unparseable call is recorded
+    // (not withheld: refused as invalid, before any decision).
     assert_eq!(
         tools,
         vec![
+            ("write_file", false),
             ("write_file", true),
             ("write_file", true),
             ("get-env", false),
@@ -512,8 +529,13 @@ max_tool_result_tokens = 1000000
             ("move_file", true)
         ]
     );
-    assert_eq!(history[1]["turn_id"], doc["turn_id"]);
-    assert_eq!(history[1]["arguments"]["content"], "pwned");
+    assert_eq!(history[0]["arguments"], "{not json");
+    assert_eq!(
+        history[0]["error"],
+        "invalid arguments for `fs__write_file`: arguments must be a JSON object, not \"{not json\""
+    );
+    assert_eq!(history[2]["turn_id"], doc["turn_id"]);
+    assert_eq!(history[2]["arguments"]["content"], "pwned");
     let out = hostpipe(&["history", "--tools", "--errors"])
         .output()
         .await
@@ -567,11 +589,24 @@ exclude = ["fs__move_file"]
         .await
         .unwrap();
     assert!(
-        matches!(outcome.result, Err(ToolError::UnknownTool { .. })),
+        matches!(outcome.result, Err(ToolError::NotOffered { .. })),
         "{:?}",
         outcome.result
     );
     assert_eq!(outcome.name, None);
+    // Refused, and recorded as withheld by the policy.
+    let refused = outcome.trace.tool_calls().next().unwrap();
+    assert_eq!(
+        (refused.server.as_str(), refused.tool.as_str()),
+        ("fs", "move_file")
+    );
+    assert!(refused.withheld && refused.is_error);
+    assert_eq!(
+        refused.error.as_deref(),
+        Some(
+            "tool `fs__move_file` is not offered by this pipeline (tool_assembly.include and exclude)"
+        )
+    );
     let listed = p
         .call_tool(
             Turn::new("default", ""),
@@ -648,6 +683,65 @@ exclude = ["fs__move_file"]
         text_of(&image).contains("the pipeline's policy does not allow it"),
         "{}",
         text_of(&image)
+    );
+
+    // A rule that denies the model a resource: not listed, and its read withheld, the
+    // tool call's record saying so with the read's decision.
+    let guarded = crate::pipeline(
+        &host,
+        r#"
+[pipelines.default]
+stages = ["bind_mcp_servers", "resource_context_injection", "tool_assembly"]
+runner = "preview"
+
+[pipelines.default.bind_mcp_servers]
+servers = ["content"]
+
+[pipelines.default.consent]
+rules = [{ server = "content", uri = "big://*", model = "deny" }]
+"#,
+    );
+    let (request, mut trace) = crate::prepare(&guarded, Turn::new("default", "hello")).await;
+    let executor = request.tool_executor.clone().unwrap();
+    let listing = text_of(
+        &executor
+            .call("list_resources", json!({"server": "content"}))
+            .await
+            .unwrap(),
+    );
+    assert!(!listing.contains("big://handbook.md"), "{listing}");
+    assert!(listing.contains("blob://report.pdf"), "{listing}");
+    let outcome = guarded
+        .call_tool(
+            Turn::new("default", ""),
+            "content",
+            "export_handbook",
+            Value::Null,
+            CallOrigin::Api,
+        )
+        .await
+        .unwrap();
+    // The tool is another matter: read rules do not decide calls.
+    assert!(!outcome.result.unwrap().is_error);
+    let read = executor
+        .call(
+            "read_resource",
+            json!({"server": "content", "uri": "big://handbook.md"}),
+        )
+        .await
+        .unwrap();
+    assert!(read.is_error);
+    assert_eq!(
+        text_of(&read),
+        "[resource big://handbook.md from `content` withheld: reading it was not allowed]"
+    );
+    trace.collect_reported();
+    let call = trace.tool_calls().last().unwrap();
+    assert_eq!(call.tool, "read_resource");
+    assert!(call.withheld && call.is_error);
+    assert_eq!(
+        call.consent.as_deref(),
+        Some("denied by rules[0] (server content, uri big://*)")
     );
 }
 
@@ -759,9 +853,15 @@ max_tool_calls = 5
             )
         })
         .collect();
+    // In call order, the refusals too (the wrong token never reached the turn).
     assert_eq!(
         calls,
-        vec![("get-sum", "agent", false), ("write_file", "agent", true)]
+        vec![
+            ("get-sum", "agent", false),
+            ("write_file", "agent", true),
+            ("echo", "agent", true),
+            ("nobody__nothing", "agent", false)
+        ]
     );
 
     // The turn is over: its token no longer works.

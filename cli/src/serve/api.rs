@@ -329,11 +329,27 @@ async fn get_prompt(
     Body(body): Body<PromptBody>,
 ) -> ApiResult {
     state.app.check_server(&server)?;
-    let result = state
+    let result = match state
         .app
         .host
         .get_prompt(&server, &name, &body.arguments)
-        .await?;
+        .await
+    {
+        Ok(result) => result,
+        // Servers answer an unknown prompt with -32602, like a bad argument: the list
+        // tells them apart.
+        Err(e @ hostpipe_core::SourceError::Protocol { code: -32602, .. }) => {
+            let listed = state.app.host.list_prompts(&server).await?;
+            if listed.iter().any(|p| p.name == name) {
+                return Err(e.into());
+            }
+            return Err(ApiError::not_found(
+                "unknown_prompt",
+                format!("`{server}` lists no prompt `{name}`"),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
     Ok(json(hostpipe_runners::mcp_json::get_prompt_result(&result)))
 }
 
@@ -429,10 +445,14 @@ async fn call_tool(
     state.app.check_server(&server)?;
     pipeline(&state, &body.pipeline)?;
     if !(body.arguments.is_object() || body.arguments.is_null()) {
-        return Err(ApiError::bad_request(format!(
-            "`arguments` must be a JSON object, not {}",
-            json_kind(&body.arguments)
-        )));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_arguments",
+            format!(
+                "`arguments` must be a JSON object, not {}",
+                json_kind(&body.arguments)
+            ),
+        ));
     }
     check_ids(&[
         ("conversation_id", &body.conversation_id),
@@ -478,20 +498,34 @@ async fn call_tool(
     let record = outcome.trace.tool_calls().last().cloned();
     let result = match outcome.result {
         Ok(result) => result,
+        Err(hostpipe_core::ToolError::NotOffered { .. }) => {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "tool_not_offered",
+                format!(
+                    "pipeline `{pipeline_id}` does not offer tool `{name}` of `{server}` ([pipelines.{pipeline_id}.tool_assembly] include and exclude)"
+                ),
+            ));
+        }
         Err(hostpipe_core::ToolError::UnknownTool { .. }) => {
-            // Listed by the server but not offered: the pipeline's filter left it out.
-            let listed = state.app.host.list_tools(&server).await?;
-            return Err(if listed.iter().any(|t| t.name == name) {
-                ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "tool_not_offered",
-                    format!(
-                        "pipeline `{pipeline_id}` does not offer tool `{name}` of `{server}` ([pipelines.{pipeline_id}.tool_assembly] include and exclude)"
-                    ),
-                )
-            } else {
-                ApiError::not_found("unknown_tool", format!("`{server}` lists no tool `{name}`"))
-            });
+            return Err(ApiError::not_found(
+                "unknown_tool",
+                format!("`{server}` lists no tool `{name}`"),
+            ));
+        }
+        Err(hostpipe_core::ToolError::ServerNotBound { allowed, .. }) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "server_not_bound",
+                format!(
+                    "pipeline `{pipeline_id}` does not bind server `{server}`; it binds: {}",
+                    if allowed.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        allowed.join(", ")
+                    }
+                ),
+            ));
         }
         Err(hostpipe_core::ToolError::Source(e)) => return Err(e.into()),
         Err(e) => {

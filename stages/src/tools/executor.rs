@@ -16,7 +16,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use hostpipe_core::trace::ReadSink;
 use hostpipe_core::{
-    CallOrigin, Consent, ConsentRequest, McpSource, ModelProfile, ReadOrigin, ReadRecord,
+    CallOrigin, Consent, ConsentRequest, Decision, McpSource, ModelProfile, ReadOrigin, ReadRecord,
     ResourceContents, Scope, Tokenizer, ToolCallRecord, ToolCallRequest, ToolCallResult,
     ToolContent, ToolError, ToolExecutor, ToolHints, ToolOrigin, Treatment, TruncationSide,
     cap_json,
@@ -36,7 +36,7 @@ pub struct BoundTools {
     pub(super) hints: BTreeMap<String, ToolHints>,
     /// Tools the bound servers list that the pipeline does not offer, by the name the
     /// model would see.
-    pub(super) not_offered: std::collections::BTreeSet<String>,
+    pub(super) not_offered: BTreeMap<String, ToolOrigin>,
     pub(super) model: Arc<ModelProfile>,
     pub(super) max_read_tokens: usize,
     /// The pipeline's rules for resources ([`ReadPolicy`]).
@@ -163,6 +163,7 @@ impl BoundTools {
         record: &mut ToolCallRecord,
     ) -> Result<ToolCallResult, ToolError> {
         if !self.bound.iter().any(|b| b == server) {
+            record.withheld = true;
             return Err(ToolError::ServerNotBound {
                 server: server.to_owned(),
                 allowed: self.bound.clone(),
@@ -223,10 +224,18 @@ impl BoundTools {
         let server = self.server_arg(LIST_RESOURCES, args)?;
         let resources = self.mcp.list_resources(server).await?;
         let templates = self.mcp.list_resource_templates(server).await?;
-        // What never goes to the model is not offered to it either.
+        // What never goes to the model is not offered to it either: resources for the
+        // user only, and those a rule denies to the model outright (not those it asks
+        // about: the answer may be yes).
+        let denied = |uri: &str| {
+            self.consent.as_ref().is_some_and(|gate| {
+                gate.policy().decide(server, uri, ReadOrigin::Model).0 == Decision::Deny
+            })
+        };
         let resources: Vec<_> = resources
             .iter()
             .filter(|r| !r.annotations.as_ref().is_some_and(|a| a.is_user_only()))
+            .filter(|r| !denied(&r.uri))
             .collect();
         let templates: Vec<_> = templates
             .iter()
@@ -268,7 +277,13 @@ impl BoundTools {
         Ok(text_result(out))
     }
 
-    async fn read(&self, args: &serde_json::Value) -> Result<ToolCallResult, ToolError> {
+    /// `read_resource`; `call` is the tool call's record, which gets the read's consent
+    /// decision and says when the read was withheld.
+    async fn read(
+        &self,
+        args: &serde_json::Value,
+        call: &mut ToolCallRecord,
+    ) -> Result<ToolCallResult, ToolError> {
         let server = self.server_arg(READ_RESOURCE, args)?;
         let uri = args.get("uri").and_then(|v| v.as_str()).ok_or_else(|| {
             ToolError::InvalidArguments {
@@ -306,6 +321,8 @@ impl BoundTools {
             record.mime_type.clone_from(&listed.meta.listed_mime);
             record.error = Some(format!("not read: {why}"));
             record.treatment = Treatment::Omitted;
+            call.withheld = true;
+            call.error.clone_from(&record.error);
             self.reads.push(record);
             return Ok(ToolCallResult {
                 content: vec![ToolContent::Text {
@@ -322,10 +339,13 @@ impl BoundTools {
                 ..self.asker.clone()
             };
             let verdict = gate.check(&request).await;
+            call.consent = Some(verdict.how.clone());
             if !verdict.allowed {
                 record.error = Some(format!("withheld: {}", verdict.how));
                 record.treatment = Treatment::Omitted;
                 record.consent = Some(verdict.how);
+                call.withheld = true;
+                call.error.clone_from(&record.error);
                 self.reads.push(record);
                 // Withheld, not missing: the model must not conclude it does not exist.
                 return Ok(ToolCallResult {
@@ -477,13 +497,34 @@ impl ToolExecutor for BoundTools {
     ) -> Result<ToolCallResult, ToolError> {
         let started = Instant::now();
         let Some(origin) = self.routes.get(name) else {
-            // A tool the pipeline's filter leaves out is refused as such; any other name
-            // was never offered.
-            return Err(if self.not_offered.contains(name) {
-                ToolError::NotOffered { name: name.into() }
-            } else {
-                ToolError::UnknownTool { name: name.into() }
-            });
+            // Refused, and recorded: a tool the pipeline's filter leaves out (withheld by
+            // the policy), or a name that was never offered.
+            let (server, tool, error) = match self.not_offered.get(name) {
+                Some(ToolOrigin::Mcp { server, tool }) => (
+                    server.clone(),
+                    tool.clone(),
+                    ToolError::NotOffered { name: name.into() },
+                ),
+                Some(ToolOrigin::Exploration) => (
+                    arguments
+                        .get("server")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    name.to_owned(),
+                    ToolError::NotOffered { name: name.into() },
+                ),
+                None => (
+                    String::new(),
+                    name.to_owned(),
+                    ToolError::UnknownTool { name: name.into() },
+                ),
+            };
+            let mut record = Self::record(&server, &tool, name, &arguments, caller);
+            record.withheld = matches!(error, ToolError::NotOffered { .. });
+            let result = Err(error);
+            self.report(record, started, &result);
+            return result;
         };
         match origin {
             ToolOrigin::Exploration => {
@@ -492,11 +533,11 @@ impl ToolExecutor for BoundTools {
                     .and_then(serde_json::Value::as_str)
                     .unwrap_or_default()
                     .to_owned();
-                let record = Self::record(&server, name, name, &arguments, caller);
+                let mut record = Self::record(&server, name, name, &arguments, caller);
                 let result = if name == LIST_RESOURCES {
                     self.list(&arguments).await
                 } else {
-                    self.read(&arguments).await
+                    self.read(&arguments, &mut record).await
                 };
                 self.report(record, started, &result);
                 result
@@ -510,5 +551,41 @@ impl ToolExecutor for BoundTools {
                 result
             }
         }
+    }
+
+    async fn call_server_tool(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+        caller: CallOrigin,
+    ) -> Result<ToolCallResult, ToolError> {
+        let same = |o: &ToolOrigin| matches!(o, ToolOrigin::Mcp { server: s, tool: t } if s == server && t == tool);
+        let name = self
+            .routes
+            .iter()
+            .chain(self.not_offered.iter())
+            .find(|(_, o)| same(o))
+            .map(|(n, _)| n.clone());
+        if let Some(name) = name {
+            return self.call_from(&name, arguments, caller).await;
+        }
+        // Neither offered nor left out: its server is not bound, or does not list it.
+        let started = Instant::now();
+        let mut record = Self::record(server, tool, "", &arguments, caller);
+        let error = if self.bound.iter().any(|b| b == server) {
+            ToolError::UnknownTool {
+                name: format!("{server}/{tool}"),
+            }
+        } else {
+            record.withheld = true;
+            ToolError::ServerNotBound {
+                server: server.to_owned(),
+                allowed: self.bound.clone(),
+            }
+        };
+        let result = Err(error);
+        self.report(record, started, &result);
+        result
     }
 }

@@ -138,7 +138,7 @@ impl Stage for ToolAssembly {
         let mut dropped = Vec::new();
         let mut routes = BTreeMap::new();
         let mut hints = BTreeMap::new();
-        let mut not_offered = std::collections::BTreeSet::new();
+        let mut not_offered = BTreeMap::new();
         let connected: Vec<String> = turn.connected_servers().map(str::to_owned).collect();
         let mut with_resources = Vec::new();
         let reserved =
@@ -168,10 +168,17 @@ impl Stage for ToolAssembly {
                     continue;
                 }
                 let name = namespaced_name(server, &t.name, &|n| {
-                    routes.contains_key(n) || reserved(n) || not_offered.contains(n)
+                    routes.contains_key(n) || reserved(n) || not_offered.contains_key(n)
                 });
-                if !self.filter.offers(&name) {
-                    not_offered.insert(name);
+                let origin = ToolOrigin::Mcp {
+                    server: server.clone(),
+                    tool: t.name.clone(),
+                };
+                // The plain `server__tool` too: a glob written for it still holds when
+                // a collision or the length limit gave the tool a hashed name.
+                let plain = format!("{}__{}", sanitize(server), sanitize(&t.name));
+                if !self.filter.offers_any(&[&name, &plain]) {
+                    not_offered.insert(name, origin);
                     continue;
                 }
                 hints.insert(name.clone(), t.annotations);
@@ -203,7 +210,7 @@ impl Stage for ToolAssembly {
                     routes.insert(t.name.clone(), ToolOrigin::Exploration);
                     tools.push(t);
                 } else {
-                    not_offered.insert(t.name);
+                    not_offered.insert(t.name, ToolOrigin::Exploration);
                 }
             }
         }
@@ -215,7 +222,7 @@ impl Stage for ToolAssembly {
                 } else {
                     format!("{} tools are", not_offered.len())
                 },
-                not_offered.iter().cloned().collect::<Vec<_>>().join(", ")
+                not_offered.keys().cloned().collect::<Vec<_>>().join(", ")
             ));
         }
         turn.trace.record(TraceEvent::ToolsAssembled {
