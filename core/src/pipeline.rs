@@ -242,7 +242,7 @@ impl Pipeline {
         arguments: serde_json::Value,
         origin: crate::trace::CallOrigin,
     ) -> Result<ToolCallOutcome, Box<TurnOutcome>> {
-        let (request, mut trace, _, ids) = self.tools_turn(turn).await?;
+        let (request, mut trace) = self.tools_turn(turn).await?;
         let offered = request.tools.iter().find(|t| {
             matches!(&t.origin, crate::ToolOrigin::Mcp { server: s, tool: t } if s == server && t == tool)
         });
@@ -260,8 +260,8 @@ impl Pipeline {
             }),
         };
         trace.collect_reported();
-        self.record_reads(&ids, &mut trace, 0).await;
-        self.record_calls(&ids, &mut trace, 0).await;
+        self.record_reads(&request.ids, &mut trace, 0).await;
+        self.record_calls(&request.ids, &mut trace, 0).await;
         Ok(ToolCallOutcome {
             name: offered.map(|t| t.name.clone()),
             result,
@@ -269,32 +269,24 @@ impl Pipeline {
         })
     }
 
-    /// The tools this pipeline offers in `turn` (as the model sees them) and the
-    /// servers bound for it, with the stages run as for [`Pipeline::call_tool`].
+    /// The tools this pipeline offers in `turn`, as the model sees them, with the stages
+    /// run as for [`Pipeline::call_tool`].
     ///
     /// # Errors
     /// The [`TurnOutcome`] of a stage that ended the turn.
     pub async fn offered_tools(
         &self,
         turn: Turn,
-    ) -> Result<(Vec<crate::ToolSpec>, Vec<String>), Box<TurnOutcome>> {
-        let (request, _, bound, _) = self.tools_turn(turn).await?;
-        Ok((request.tools, bound))
+    ) -> Result<Vec<crate::ToolSpec>, Box<TurnOutcome>> {
+        Ok(self.tools_turn(turn).await?.0.tools)
     }
 
-    /// Runs the stages over `turn` marked [`crate::ToolsOnly`]: the request, the trace,
-    /// the bound servers' names and the turn's ids.
-    async fn tools_turn(
-        &self,
-        mut turn: Turn,
-    ) -> Result<(RunRequest, Trace, Vec<String>, crate::turn::TurnIds), Box<TurnOutcome>> {
+    /// Runs the stages over `turn` marked [`crate::ToolsOnly`]: the request and the trace.
+    async fn tools_turn(&self, mut turn: Turn) -> Result<(RunRequest, Trace), Box<TurnOutcome>> {
         turn.extensions.insert(crate::ToolsOnly);
         self.begin(&mut turn);
         match self.run_stages(&mut turn).await {
-            Prepared::Request(request, trace) => {
-                let bound = turn.bound_servers.iter().map(|b| b.name.clone()).collect();
-                Ok((request, trace, bound, turn.ids))
-            }
+            Prepared::Request(request, trace) => Ok((request, trace)),
             Prepared::Ended(mut outcome) => {
                 self.record_reads(&turn.ids, &mut outcome.trace, 0).await;
                 Err(Box::new(outcome))
@@ -325,6 +317,21 @@ impl Pipeline {
         }
     }
 
+    /// `write` to `store`, bounded by [`Self::STORE_TIMEOUT`]; the error as text.
+    async fn bounded(
+        store: &dyn AttachmentStore,
+        write: impl std::future::Future<Output = Result<(), crate::store::StoreError>>,
+    ) -> Result<(), String> {
+        match tokio::time::timeout(Self::STORE_TIMEOUT, write).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err(format!(
+                "attachment store {} did not answer within {} ms",
+                store.describe(),
+                Self::STORE_TIMEOUT.as_millis()
+            )),
+        }
+    }
+
     /// Writes the turn's tool calls from the `from`-th on to the store's history.
     async fn record_calls(&self, ids: &crate::turn::TurnIds, trace: &mut Trace, from: usize) {
         let Some(store) = &self.store else { return };
@@ -345,15 +352,8 @@ impl Pipeline {
         if calls.is_empty() {
             return;
         }
-        let result = tokio::time::timeout(Self::STORE_TIMEOUT, store.record_calls(&calls)).await;
-        let error = match result {
-            Ok(Ok(())) => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!(
-                "attachment store {} did not answer within {} ms",
-                store.describe(),
-                Self::STORE_TIMEOUT.as_millis()
-            ),
+        let Err(error) = Self::bounded(store.as_ref(), store.record_calls(&calls)).await else {
+            return;
         };
         tracing::warn!(turn = trace.turn_id(), error = %error, "tool call history not written");
         trace.warn(format!(
@@ -382,15 +382,8 @@ impl Pipeline {
         if records.is_empty() {
             return;
         }
-        let result = tokio::time::timeout(Self::STORE_TIMEOUT, store.record(&records)).await;
-        let error = match result {
-            Ok(Ok(())) => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!(
-                "attachment store {} did not answer within {} ms",
-                store.describe(),
-                Self::STORE_TIMEOUT.as_millis()
-            ),
+        let Err(error) = Self::bounded(store.as_ref(), store.record(&records)).await else {
+            return;
         };
         tracing::warn!(turn = trace.turn_id(), error = %error, "read history not written");
         let n = records.len();

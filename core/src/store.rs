@@ -531,6 +531,30 @@ pub trait AttachmentStore: Send + Sync {
     }
 }
 
+/// One page of `items` that `keep` accepts, in the history's order (newest turn first,
+/// each turn's entries in order; `key` gives an entry's turn start in Unix ms, turn id
+/// and position), cut by `query`'s offset and limit.
+fn history_page<T: Clone>(
+    items: &[T],
+    query: &HistoryQuery,
+    keep: impl Fn(&T) -> bool,
+    key: impl Fn(&T) -> (i64, &str, u32),
+) -> Vec<T> {
+    let mut out: Vec<&T> = items.iter().filter(|t| keep(t)).collect();
+    out.sort_by(|a, b| {
+        let (a_at, a_turn, a_seq) = key(a);
+        let (b_at, b_turn, b_seq) = key(b);
+        b_at.cmp(&a_at)
+            .then_with(|| b_turn.cmp(a_turn))
+            .then_with(|| a_seq.cmp(&b_seq))
+    });
+    out.into_iter()
+        .skip(query.offset as usize)
+        .take(query.limit.min(HistoryQuery::MAX_LIMIT) as usize)
+        .cloned()
+        .collect()
+}
+
 /// An [`AttachmentStore`] in memory: nothing survives the process.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
@@ -643,23 +667,12 @@ impl AttachmentStore for MemoryStore {
 
     async fn history(&self, query: &HistoryQuery) -> Result<Vec<InjectionRecord>, StoreError> {
         let inner = self.lock();
-        let mut out: Vec<InjectionRecord> = inner
-            .records
-            .iter()
-            .filter(|r| query.matches(r))
-            .cloned()
-            .collect();
-        out.sort_by(|a, b| {
-            b.at_ms
-                .cmp(&a.at_ms)
-                .then_with(|| b.turn_id.cmp(&a.turn_id))
-                .then_with(|| a.seq.cmp(&b.seq))
-        });
-        Ok(out
-            .into_iter()
-            .skip(query.offset as usize)
-            .take(query.limit.min(HistoryQuery::MAX_LIMIT) as usize)
-            .collect())
+        Ok(history_page(
+            &inner.records,
+            query,
+            |r| query.matches(r),
+            |r| (r.at_ms, r.turn_id.as_str(), r.seq),
+        ))
     }
 
     async fn record_calls(&self, calls: &[ToolCallEntry]) -> Result<(), StoreError> {
@@ -672,23 +685,12 @@ impl AttachmentStore for MemoryStore {
 
     async fn call_history(&self, query: &HistoryQuery) -> Result<Vec<ToolCallEntry>, StoreError> {
         let inner = self.lock();
-        let mut out: Vec<ToolCallEntry> = inner
-            .calls
-            .iter()
-            .filter(|c| query.matches_call(c))
-            .cloned()
-            .collect();
-        out.sort_by(|a, b| {
-            b.at_ms
-                .cmp(&a.at_ms)
-                .then_with(|| b.turn_id.cmp(&a.turn_id))
-                .then_with(|| a.seq.cmp(&b.seq))
-        });
-        Ok(out
-            .into_iter()
-            .skip(query.offset as usize)
-            .take(query.limit.min(HistoryQuery::MAX_LIMIT) as usize)
-            .collect())
+        Ok(history_page(
+            &inner.calls,
+            query,
+            |c| query.matches_call(c),
+            |c| (c.at_ms, c.turn_id.as_str(), c.seq),
+        ))
     }
 
     async fn prune(

@@ -376,8 +376,7 @@ async fn list_tools(
     let offered = pipeline(&state, &id)?
         .offered_tools(Turn::new(id.as_str(), ""))
         .await
-        .map_err(|outcome| ended(&outcome))?
-        .0;
+        .map_err(|outcome| ended(&outcome))?;
     let tools: Vec<serde_json::Value> = tools
         .iter()
         .map(|t| {
@@ -934,12 +933,21 @@ async fn history(
 ) -> ApiResult {
     let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let (query, limit) = history_query(params)?;
-    let mut records = store(&state)?.history(&query).await?;
-    let next_offset = (records.len() > limit as usize).then(|| query.offset + limit);
-    records.truncate(limit as usize);
-    Ok(json(
-        serde_json::json!({"records": records, "next_offset": next_offset}),
-    ))
+    let records = store(&state)?.history(&query).await?;
+    Ok(page("records", records, &query, limit))
+}
+
+/// A history page: the first `limit` of `items` (the store was asked for one more) under
+/// `key`, and `next_offset`, null on the last page.
+fn page<T: serde::Serialize>(
+    key: &str,
+    mut items: Vec<T>,
+    query: &HistoryQuery,
+    limit: u32,
+) -> Response {
+    let next_offset = (items.len() > limit as usize).then(|| query.offset + limit);
+    items.truncate(limit as usize);
+    json(serde_json::json!({key: items, "next_offset": next_offset}))
 }
 
 /// `GET /v1/history/tool-calls`: the tool calls, with the read history's filters
@@ -950,12 +958,8 @@ async fn tool_call_history(
 ) -> ApiResult {
     let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let (query, limit) = history_query(params)?;
-    let mut calls = store(&state)?.call_history(&query).await?;
-    let next_offset = (calls.len() > limit as usize).then(|| query.offset + limit);
-    calls.truncate(limit as usize);
-    Ok(json(
-        serde_json::json!({"calls": calls, "next_offset": next_offset}),
-    ))
+    let calls = store(&state)?.call_history(&query).await?;
+    Ok(page("calls", calls, &query, limit))
 }
 
 // ---- turns --------------------------------------------------------------------------

@@ -4,7 +4,7 @@ use hostpipe_core::{CallOrigin, HistoryQuery, StoreError, ToolCallEntry, ToolCal
 use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
-use crate::{Bind, SqlStore, bind_all, to_i64};
+use crate::{SqlStore, bind_all, to_i64};
 
 /// Columns of `hostpipe_tool_calls` that [`insert`] binds.
 const COLUMNS: usize = 18;
@@ -82,40 +82,7 @@ impl SqlStore {
         &self,
         query: &HistoryQuery,
     ) -> Result<Vec<ToolCallEntry>, StoreError> {
-        let mut sql = String::from("SELECT * FROM hostpipe_tool_calls WHERE 1 = 1");
-        let mut binds = Vec::new();
-        let mut filter = |column: &str, op: &str, value: Bind| {
-            binds.push(value);
-            sql.push_str(&format!(" AND {column} {op} ${}", binds.len()));
-        };
-        if let Some(c) = &query.conversation {
-            filter("conversation", "=", Bind::Text(c.clone()));
-        }
-        if let Some(p) = &query.pipeline {
-            filter("pipeline", "=", Bind::Text(p.clone()));
-        }
-        if let Some(s) = &query.server {
-            filter("server", "=", Bind::Text(s.clone()));
-        }
-        if let Some(t) = query.since_ms {
-            filter("at_ms", ">=", Bind::Int(t));
-        }
-        if let Some(t) = query.until_ms {
-            filter("at_ms", "<", Bind::Int(t));
-        }
-        if query.errors_only {
-            sql.push_str(" AND is_error = 1");
-        }
-        let n = binds.len();
-        sql.push_str(&format!(
-            " ORDER BY at_ms DESC, turn_id DESC, seq ASC LIMIT ${} OFFSET ${}",
-            n + 1,
-            n + 2
-        ));
-        binds.push(Bind::Int(i64::from(
-            query.limit.min(HistoryQuery::MAX_LIMIT),
-        )));
-        binds.push(Bind::Int(i64::from(query.offset)));
+        let (sql, binds) = crate::history_select("hostpipe_tool_calls", "is_error = 1", query);
         let rows = self
             .timed(
                 "read tool call history",

@@ -605,40 +605,7 @@ impl AttachmentStore for SqlStore {
     }
 
     async fn history(&self, query: &HistoryQuery) -> Result<Vec<InjectionRecord>, StoreError> {
-        let mut sql = String::from("SELECT * FROM hostpipe_reads WHERE 1 = 1");
-        let mut binds = Vec::new();
-        let mut filter = |column: &str, op: &str, value: Bind| {
-            binds.push(value);
-            sql.push_str(&format!(" AND {column} {op} ${}", binds.len()));
-        };
-        if let Some(c) = &query.conversation {
-            filter("conversation", "=", Bind::Text(c.clone()));
-        }
-        if let Some(p) = &query.pipeline {
-            filter("pipeline", "=", Bind::Text(p.clone()));
-        }
-        if let Some(s) = &query.server {
-            filter("server", "=", Bind::Text(s.clone()));
-        }
-        if let Some(t) = query.since_ms {
-            filter("at_ms", ">=", Bind::Int(t));
-        }
-        if let Some(t) = query.until_ms {
-            filter("at_ms", "<", Bind::Int(t));
-        }
-        if query.errors_only {
-            sql.push_str(" AND error IS NOT NULL");
-        }
-        let n = binds.len();
-        sql.push_str(&format!(
-            " ORDER BY at_ms DESC, turn_id DESC, seq ASC LIMIT ${} OFFSET ${}",
-            n + 1,
-            n + 2
-        ));
-        binds.push(Bind::Int(i64::from(
-            query.limit.min(HistoryQuery::MAX_LIMIT),
-        )));
-        binds.push(Bind::Int(i64::from(query.offset)));
+        let (sql, binds) = history_select("hostpipe_reads", "error IS NOT NULL", query);
         let rows = self
             .timed("read history", bind_all(&sql, binds).fetch_all(&self.pool))
             .await?;
@@ -692,6 +659,47 @@ impl AttachmentStore for SqlStore {
             records,
         })
     }
+}
+
+/// The `SELECT` of one history page from `table` (`hostpipe_reads` or
+/// `hostpipe_tool_calls`, which share the id and time columns) with `query`'s filters,
+/// newest turn first, and its binds; `errors_only` adds `AND {error_clause}`.
+fn history_select(table: &str, error_clause: &str, query: &HistoryQuery) -> (String, Vec<Bind>) {
+    let mut sql = format!("SELECT * FROM {table} WHERE 1 = 1");
+    let mut binds = Vec::new();
+    let mut filter = |column: &str, op: &str, value: Bind| {
+        binds.push(value);
+        sql.push_str(&format!(" AND {column} {op} ${}", binds.len()));
+    };
+    if let Some(c) = &query.conversation {
+        filter("conversation", "=", Bind::Text(c.clone()));
+    }
+    if let Some(p) = &query.pipeline {
+        filter("pipeline", "=", Bind::Text(p.clone()));
+    }
+    if let Some(s) = &query.server {
+        filter("server", "=", Bind::Text(s.clone()));
+    }
+    if let Some(t) = query.since_ms {
+        filter("at_ms", ">=", Bind::Int(t));
+    }
+    if let Some(t) = query.until_ms {
+        filter("at_ms", "<", Bind::Int(t));
+    }
+    if query.errors_only {
+        sql.push_str(&format!(" AND {error_clause}"));
+    }
+    let n = binds.len();
+    sql.push_str(&format!(
+        " ORDER BY at_ms DESC, turn_id DESC, seq ASC LIMIT ${} OFFSET ${}",
+        n + 1,
+        n + 2
+    ));
+    binds.push(Bind::Int(i64::from(
+        query.limit.min(HistoryQuery::MAX_LIMIT),
+    )));
+    binds.push(Bind::Int(i64::from(query.offset)));
+    (sql, binds)
 }
 
 fn bind_all(
