@@ -178,5 +178,5 @@ pub fn config(data: &[u8]) {
         config.servers.clone(),
         config.host.clone(),
     ));
-    let _ = config.build_pipelines(&registry, host);
+    let _ = config.build_pipelines(&registry, host, None);
 }

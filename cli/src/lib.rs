@@ -55,15 +55,15 @@ impl App {
         Self::load_with(config_file, mcp_config, None)
     }
 
-    /// [`App::load`], with every pipeline's runner replaced: `(runner, settings)` as
-    /// [`config::LoadedConfig::override_runner`] takes them.
+    /// [`App::load`], with every pipeline ending in `runner` instead of its own (the
+    /// pipelines' runners are then not built).
     ///
     /// # Errors
     /// As [`App::load`]; the runner's own config errors name `pipelines.ID.RUNNER`.
     pub fn load_with(
         config_file: Option<&Path>,
         mcp_config: Option<&Path>,
-        runner: Option<(&str, &[(&str, String)])>,
+        runner: Option<&config::RunnerChoice>,
     ) -> anyhow::Result<Self> {
         Self::load_with_approver(
             config_file,
@@ -81,19 +81,16 @@ impl App {
     pub fn load_with_approver(
         config_file: Option<&Path>,
         mcp_config: Option<&Path>,
-        runner: Option<(&str, &[(&str, String)])>,
+        runner: Option<&config::RunnerChoice>,
         approver: Arc<dyn hostpipe_core::Approver>,
     ) -> anyhow::Result<Self> {
         let exe = config::self_exe()
             .context("cannot find the hostpipe executable to spawn the demo server")?;
         let mut config = config::load(config_file, mcp_config, &exe)?;
-        if let Some((name, settings)) = runner {
-            config.override_runner(name, settings);
-        }
         config.approver = Some(approver);
         let registry = registry()?;
         let host = Arc::new(McpHost::new(config.servers.clone(), config.host.clone()));
-        let pipelines = config.build_pipelines(&registry, host.clone())?;
+        let pipelines = config.build_pipelines(&registry, host.clone(), runner)?;
         Ok(Self {
             config,
             host,

@@ -100,7 +100,7 @@ async fn session(global: &GlobalArgs, command: SessionCommand) -> anyhow::Result
     let mut app = App::load_with(
         global.config.as_deref(),
         global.mcp_config.as_deref(),
-        runner.as_ref().map(|(r, s)| (r.as_str(), s.as_slice())),
+        runner.as_ref(),
     )?;
     match command.store_use() {
         StoreUse::None => {}

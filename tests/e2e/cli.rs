@@ -299,3 +299,137 @@ fn complete_offers_template_and_prompt_values() {
         "{stdout}"
     );
 }
+
+/// Writes an `mcpServers` JSON naming hostpipe's own demo server `kb` (and `extra`, a
+/// second copy), returning the directory.
+fn mcp_json(dir: &std::path::Path) -> std::path::PathBuf {
+    let bin = hostpipe_bin();
+    let server = serde_json::json!({ "command": bin, "args": ["demo-server"] });
+    let doc = serde_json::json!({ "mcpServers": { "kb": server, "extra": server } });
+    let path = dir.join("mcp.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path
+}
+
+/// `--mcp-config` alone: its servers and a plain pipeline binding them, nothing of the
+/// embedded demo (no `demo` server, no system prompt, no attachments).
+#[test]
+fn mcp_config_alone_gives_its_servers_and_a_plain_default_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = mcp_json(dir.path());
+    let json = json.to_str().unwrap();
+    let (ok, stdout, stderr) = hostpipe(&["--mcp-config", json, "servers", "--json"]);
+    assert!(ok, "{stderr}");
+    let servers: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let mut names: Vec<&str> = servers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["extra", "kb"]);
+
+    let (ok, stdout, stderr) = hostpipe(&[
+        "--mcp-config",
+        json,
+        "--store",
+        "none",
+        "run",
+        "--json",
+        "--attach",
+        "kb",
+        "demo://config/app.json",
+        "What does the config say?",
+    ]);
+    assert!(ok, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let preview = &doc["preview"];
+    assert_eq!(preview["system_prompt"], serde_json::Value::Null);
+    let uris: Vec<&str> = preview["context"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        uris,
+        ["demo://config/app.json"],
+        "only the message's attachment"
+    );
+    // Both servers are bound: their tools are offered.
+    let tools = preview["tools"].to_string();
+    assert!(tools.contains("kb__search_docs"), "{tools}");
+    assert!(tools.contains("extra__search_docs"), "{tools}");
+}
+
+/// With `--config`, the JSON's servers can be bound in the file like its own: `kb` is
+/// bound (required) by pipeline `strict` only; `extra`, bound by no pipeline, goes to
+/// `default`. A name in both files is an error naming both.
+#[test]
+fn mcp_config_servers_are_bound_where_the_toml_binds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = mcp_json(dir.path());
+    let json = json.to_str().unwrap();
+    let toml = dir.path().join("hostpipe.toml");
+    std::fs::write(
+        &toml,
+        r#"
+[pipelines.default]
+stages = ["bind_mcp_servers", "tool_assembly"]
+
+[pipelines.strict]
+stages = ["bind_mcp_servers", "tool_assembly"]
+[pipelines.strict.bind_mcp_servers]
+servers = [{ name = "kb", required = true }]
+"#,
+    )
+    .unwrap();
+    let toml = toml.to_str().unwrap();
+    let tools = |pipeline: &str| -> String {
+        let (ok, stdout, stderr) = hostpipe(&[
+            "--config",
+            toml,
+            "--mcp-config",
+            json,
+            "--store",
+            "none",
+            "run",
+            "--json",
+            "--pipeline",
+            pipeline,
+            "hi",
+        ]);
+        assert!(ok, "{pipeline}: {stderr}");
+        let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        doc["preview"]["tools"].to_string()
+    };
+    let strict = tools("strict");
+    assert!(strict.contains("kb__search_docs"), "{strict}");
+    assert!(!strict.contains("extra__"), "{strict}");
+    let default = tools("default");
+    assert!(default.contains("extra__search_docs"), "{default}");
+    assert!(!default.contains("kb__"), "{default}");
+
+    std::fs::write(
+        dir.path().join("twice.toml"),
+        "[mcp_servers.kb]\ncommand = \"true\"\n[pipelines.default]\n",
+    )
+    .unwrap();
+    let twice = dir.path().join("twice.toml");
+    let (ok, _, stderr) = hostpipe(&[
+        "--config",
+        twice.to_str().unwrap(),
+        "--mcp-config",
+        json,
+        "servers",
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains(&format!(
+            "{json}: mcpServers.kb: a server of this name is already configured in {}",
+            twice.display()
+        )),
+        "{stderr}"
+    );
+}

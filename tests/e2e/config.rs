@@ -14,7 +14,7 @@ fn build(toml: &str) -> Result<(), String> {
         HostOptions::default(),
     ));
     config
-        .build_pipelines(&hostpipe_cli::registry().unwrap(), host)
+        .build_pipelines(&hostpipe_cli::registry().unwrap(), host, None)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
@@ -88,22 +88,36 @@ fn bad_configs_are_refused_with_file_and_key() {
     }
 }
 
-/// `run --runner preview` and `serve`'s preview turns switch a pipeline configured for
-/// another runner: that runner's section goes with it instead of becoming an unknown key.
+/// `run --runner preview` and `serve`'s preview turns choose another runner than the
+/// pipeline's: the pipeline's own runner is not built (its section may not even be
+/// valid for it), and the file is not rewritten.
 #[test]
-fn overriding_the_runner_drops_the_old_runners_section() {
+fn a_chosen_runner_replaces_the_pipelines_own_without_building_it() {
     let toml = r#"
 [pipelines.default]
 runner = "local"
 [pipelines.default.local]
-base_url = "http://127.0.0.1:9/v1"
+base_url = 5
 model = "m"
 "#;
-    let mut config = hostpipe_cli::config::parse(toml, "local.toml").unwrap();
-    config.override_runner("preview", &[]);
+    let config = hostpipe_cli::config::parse(toml, "local.toml").unwrap();
     let host = Arc::new(McpHost::new(Vec::new(), HostOptions::default()));
+    let registry = hostpipe_cli::registry().unwrap();
+    let err = config
+        .build_pipelines(&registry, host.clone(), None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.starts_with("local.toml: pipelines.default.local.base_url: "),
+        "{err}"
+    );
+    let preview = hostpipe_cli::config::RunnerChoice::named("preview");
     let pipelines = config
-        .build_pipelines(&hostpipe_cli::registry().unwrap(), host)
+        .build_pipelines(&registry, host.clone(), Some(&preview))
         .unwrap();
     assert_eq!(pipelines["default"].runner_name(), "preview");
+    assert_eq!(config.pipelines["default"].runner, "local");
+    let runner = config.build_runner(&registry, host, "default", &preview);
+    assert!(runner.is_ok());
 }

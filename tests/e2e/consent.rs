@@ -54,7 +54,9 @@ fn pipeline(host: &Arc<McpHost>, toml: &str, approver: Option<Arc<dyn Approver>>
     let mut config = hostpipe_cli::config::parse(toml, "test.toml").unwrap();
     config.approver = approver;
     let registry = hostpipe_cli::registry().unwrap();
-    let mut pipelines = config.build_pipelines(&registry, host.clone()).unwrap();
+    let mut pipelines = config
+        .build_pipelines(&registry, host.clone(), None)
+        .unwrap();
     pipelines.remove("default").unwrap()
 }
 

@@ -38,7 +38,9 @@ use hostpipe_mcp::McpHost;
 pub fn pipeline(host: &Arc<McpHost>, toml: &str) -> Pipeline {
     let config = hostpipe_cli::config::parse(toml, "test.toml").unwrap();
     let registry = hostpipe_cli::registry().unwrap();
-    let mut pipelines = config.build_pipelines(&registry, host.clone()).unwrap();
+    let mut pipelines = config
+        .build_pipelines(&registry, host.clone(), None)
+        .unwrap();
     pipelines.remove("default").expect("pipeline `default`")
 }
 

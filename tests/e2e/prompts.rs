@@ -241,7 +241,9 @@ async fn the_demo_prompt_expands_through_the_cli_default_pipeline() {
     let config =
         hostpipe_cli::config::parse(hostpipe_cli::config::EMBEDDED_TOML, "embedded").unwrap();
     let registry = hostpipe_cli::registry().unwrap();
-    let mut pipelines = config.build_pipelines(&registry, host.clone()).unwrap();
+    let mut pipelines = config
+        .build_pipelines(&registry, host.clone(), None)
+        .unwrap();
     let p = pipelines.remove("default").unwrap();
     let (request, _) = prepare(
         &p,

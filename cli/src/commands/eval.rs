@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use hostpipe_cli::App;
+use hostpipe_cli::config::RunnerChoice;
 use hostpipe_core::McpSource as _;
 
 // The arguments of `hostpipe eval` (its help is the doc of `SessionCommand::Eval`).
@@ -82,9 +83,16 @@ pub(crate) async fn eval(app: &App, args: EvalArgs) -> anyhow::Result<ExitCode> 
     let mut pipelines = Vec::with_capacity(budgets.len());
     for budget in budgets {
         let mut config = app.config.clone();
-        config.override_runner("preview", &[]);
-        config.override_budget(&pipeline, budget);
-        let mut built = config.build_pipelines(&registry, app.host.clone())?;
+        // Only the pipeline measured, at this budget, ending in the preview runner.
+        config.pipelines.retain(|id, _| *id == pipeline);
+        if let Some(spec) = config.pipelines.get_mut(&pipeline) {
+            spec.set_budget(budget);
+        }
+        let mut built = config.build_pipelines(
+            &registry,
+            app.host.clone(),
+            Some(&RunnerChoice::named("preview")),
+        )?;
         let p = built
             .remove(&pipeline)
             .with_context(|| format!("pipeline `{pipeline}` was not built"))?;

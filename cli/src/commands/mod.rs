@@ -124,7 +124,7 @@ impl SessionCommand {
     pub(crate) fn runner_override(
         &self,
         global: &GlobalArgs,
-    ) -> anyhow::Result<Option<run::RunnerChoice>> {
+    ) -> anyhow::Result<Option<hostpipe_cli::config::RunnerChoice>> {
         match self {
             Self::Run(args) => args.runner_override(global),
             _ => Ok(None),

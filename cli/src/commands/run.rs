@@ -5,14 +5,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use hostpipe_cli::App;
+use hostpipe_cli::config::RunnerChoice;
 use hostpipe_core::McpSource as _;
 use hostpipe_core::{Attachment, TraceEvent, Turn};
 use hostpipe_runners::PreviewReport;
 
 use super::{GlobalArgs, parse_id, parse_var};
-
-/// A runner chosen on the command line, and its settings (key, value).
-pub(crate) type RunnerChoice = (String, Vec<(&'static str, String)>);
 
 // The arguments of `hostpipe run` (its help is the doc of `SessionCommand::Run`).
 #[derive(clap::Args)]
@@ -177,9 +175,9 @@ impl RunArgs {
         global: &GlobalArgs,
     ) -> anyhow::Result<Option<RunnerChoice>> {
         let (runner, base_url, model) = (&self.runner, &self.base_url, &self.model);
-        let mut settings: Vec<(&'static str, String)> = Vec::new();
-        settings.extend(base_url.clone().map(|u| ("base_url", u)));
-        settings.extend(model.clone().map(|m| ("model", m)));
+        let mut settings: Vec<(String, String)> = Vec::new();
+        settings.extend(base_url.clone().map(|u| ("base_url".to_owned(), u)));
+        settings.extend(model.clone().map(|m| ("model".to_owned(), m)));
         let registry = hostpipe_cli::registry()?;
         if let Some(r) = runner.as_deref()
             && registry.runner(r).is_err()
@@ -202,8 +200,14 @@ impl RunArgs {
             bail!("--base-url needs --model (the model name the endpoint serves)");
         }
         Ok(match (runner.as_deref(), settings.is_empty()) {
-            (Some(r), _) => Some((r.to_owned(), settings)),
-            (None, false) => Some(("local".to_owned(), settings)),
+            (Some(r), _) => Some(RunnerChoice {
+                name: r.to_owned(),
+                settings,
+            }),
+            (None, false) => Some(RunnerChoice {
+                name: "local".to_owned(),
+                settings,
+            }),
             (None, true) => None,
         })
     }

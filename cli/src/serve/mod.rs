@@ -686,10 +686,13 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: impl std::future::Future<Output = &'static str> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let mut preview_config = app.config.clone();
-    preview_config.override_runner("preview", &[]);
+    let preview_config = app.config.clone();
     let registry = crate::registry()?;
-    let mut preview = preview_config.build_pipelines(&registry, app.host.clone())?;
+    let mut preview = preview_config.build_pipelines(
+        &registry,
+        app.host.clone(),
+        Some(&crate::config::RunnerChoice::named("preview")),
+    )?;
     if let Some(store) = &app.store {
         preview = preview
             .into_iter()

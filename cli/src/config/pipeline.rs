@@ -1,0 +1,241 @@
+//! `[pipelines.ID]`, typed: [`PipelineSpec`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hostpipe_core::{ConfigError, Pipeline};
+use hostpipe_stages::{AttachmentConfig, BindConfig, InjectConfig};
+
+use super::DEFAULT_STAGES;
+
+/// The stage that binds servers, and the one that injects resources: the sections
+/// hostpipe itself reads besides building them.
+const BIND: &str = "bind_mcp_servers";
+const INJECT: &str = "resource_context_injection";
+
+/// One pipeline's configuration, read once from its `[pipelines.ID]` table.
+///
+/// The keys every pipeline has are typed fields; each stage's and the runner's own
+/// section stays JSON here, for the registered stage or runner to parse when the
+/// pipeline is built (their keys are theirs: `Registry` builders own them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineSpec {
+    /// The stages, in order (default [`DEFAULT_STAGES`]).
+    pub stages: Vec<String>,
+    /// The runner's registered name (default `preview`).
+    pub runner: String,
+    /// The system prompt, when the config gives one.
+    pub system_prompt: Option<String>,
+    /// The whole turn's deadline (default [`Pipeline::DEFAULT_TURN_TIMEOUT`]; `None` for
+    /// `turn_timeout_ms = 0`).
+    pub turn_timeout: Option<Duration>,
+    /// `[pipelines.ID.consent]`, as JSON (parsed when the pipeline is built, against
+    /// the configured servers).
+    pub consent: Option<serde_json::Value>,
+    /// The stages' and runners' sections by name, as JSON.
+    sections: BTreeMap<String, serde_json::Value>,
+}
+
+impl Default for PipelineSpec {
+    /// The plain pipeline: the default stages, the preview runner, no sections.
+    fn default() -> Self {
+        Self {
+            stages: DEFAULT_STAGES.iter().map(|s| (*s).to_owned()).collect(),
+            runner: "preview".into(),
+            system_prompt: None,
+            turn_timeout: Some(Pipeline::DEFAULT_TURN_TIMEOUT),
+            consent: None,
+            sections: BTreeMap::new(),
+        }
+    }
+}
+
+impl TryFrom<toml::Table> for PipelineSpec {
+    type Error = ConfigError;
+
+    /// Reads a `[pipelines.ID]` table. Errors name the key relative to the table
+    /// (`stages[2]`, `turn_timeout_ms`); the caller puts them under `pipelines.ID`.
+    fn try_from(mut table: toml::Table) -> Result<Self, ConfigError> {
+        let defaults = Self::default();
+        let stages: Vec<String> = match table.remove("stages") {
+            None => defaults.stages,
+            Some(v) => v.try_into().map_err(|e: toml::de::Error| {
+                ConfigError::new(
+                    "stages",
+                    format!("expected a list of stage names: {}", e.message()),
+                )
+            })?,
+        };
+        if let Some(i) = (1..stages.len()).find(|&i| stages[..i].contains(&stages[i])) {
+            return Err(ConfigError::new(
+                format!("stages[{i}]"),
+                format!("`{}` is listed twice", stages[i]),
+            ));
+        }
+        let runner = match table.remove("runner") {
+            None => defaults.runner,
+            Some(toml::Value::String(s)) => s,
+            Some(_) => return Err(ConfigError::new("runner", "expected a runner name")),
+        };
+        let system_prompt = match table.remove("system_prompt") {
+            None => None,
+            Some(toml::Value::String(s)) => Some(s),
+            Some(_) => return Err(ConfigError::new("system_prompt", "expected a string")),
+        };
+        let turn_timeout = match table.remove("turn_timeout_ms") {
+            None => defaults.turn_timeout,
+            Some(toml::Value::Integer(0)) => None,
+            Some(toml::Value::Integer(ms)) if ms > 0 => {
+                Some(Duration::from_millis(ms.unsigned_abs()))
+            }
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "turn_timeout_ms",
+                    "expected milliseconds (a positive integer; 0 for no deadline)",
+                ));
+            }
+        };
+        let json = |key: &str, v: toml::Value| {
+            serde_json::to_value(v).map_err(|e| ConfigError::new(key, e.to_string()))
+        };
+        let consent = table
+            .remove("consent")
+            .map(|v| json("consent", v))
+            .transpose()?;
+        let mut sections = BTreeMap::new();
+        for (key, value) in table {
+            let value = json(&key, value)?;
+            sections.insert(key, value);
+        }
+        Ok(Self {
+            stages,
+            runner,
+            system_prompt,
+            turn_timeout,
+            consent,
+            sections,
+        })
+    }
+}
+
+impl PipelineSpec {
+    /// A plain pipeline (the default stages, the preview runner) binding `servers`:
+    /// what `--mcp-config` alone runs.
+    pub fn binding(servers: impl IntoIterator<Item = String>) -> Self {
+        let mut spec = Self::default();
+        for s in servers {
+            spec.bind(s);
+        }
+        spec
+    }
+
+    /// The section of stage or runner `name` (`null` when the config has none).
+    pub fn section(&self, name: &str) -> &serde_json::Value {
+        self.sections.get(name).unwrap_or(&serde_json::Value::Null)
+    }
+
+    /// Names of the sections that are neither a stage this pipeline lists nor one of
+    /// `runners`: config the pipeline would silently ignore.
+    pub fn stray_sections<'a>(&'a self, runners: &'a [&str]) -> impl Iterator<Item = &'a str> {
+        self.sections
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !self.stages.iter().any(|s| s == k) && !runners.contains(k))
+    }
+
+    /// Whether the pipeline runs stage `name`.
+    pub fn runs(&self, name: &str) -> bool {
+        self.stages.iter().any(|s| s == name)
+    }
+
+    /// The servers `[bind_mcp_servers] servers` names, in order; `None` when that
+    /// section cannot be read (its stage reports why when the pipeline is built).
+    pub fn bound_servers(&self) -> Option<Vec<String>> {
+        let config: BindConfig = match self.section(BIND) {
+            serde_json::Value::Null => BindConfig::default(),
+            v => serde_json::from_value(v.clone()).ok()?,
+        };
+        Some(config.servers.iter().map(|b| b.name().to_owned()).collect())
+    }
+
+    /// Adds `server` to `[bind_mcp_servers] servers` (not required).
+    pub fn bind(&mut self, server: String) {
+        let section = self
+            .sections
+            .entry(BIND.to_owned())
+            .or_insert_with(|| serde_json::json!({}));
+        if !section.is_object() {
+            *section = serde_json::json!({});
+        }
+        if let Some(map) = section.as_object_mut() {
+            let list = map
+                .entry("servers")
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+            if let Some(list) = list.as_array_mut() {
+                list.push(serde_json::Value::String(server));
+            }
+        }
+    }
+
+    /// The attachments of `[resource_context_injection]`, as configured; empty when the
+    /// section has none or cannot be read (its stage reports why when built).
+    pub fn attachments(&self) -> Vec<AttachmentConfig> {
+        match self.section(INJECT) {
+            serde_json::Value::Null => Vec::new(),
+            v => serde_json::from_value::<InjectConfig>(v.clone())
+                .map(|c| c.attachments)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Sets the resource budget to `tokens` (`budget_tokens`, dropping a
+    /// `budget_share`): `hostpipe eval` builds one pipeline per budget.
+    pub fn set_budget(&mut self, tokens: usize) {
+        let section = self
+            .sections
+            .entry(INJECT.to_owned())
+            .or_insert_with(|| serde_json::json!({}));
+        if !section.is_object() {
+            *section = serde_json::json!({});
+        }
+        if let Some(map) = section.as_object_mut() {
+            map.remove("budget_share");
+            map.insert("budget_tokens".into(), tokens.into());
+        }
+    }
+
+    /// A pipeline that binds servers and injects resources may only attach resources of
+    /// servers it binds: anything else could never be read. Errors are relative to the
+    /// pipeline's table.
+    ///
+    /// # Errors
+    /// The first attachment whose server the pipeline does not bind.
+    pub fn check_attachments_bound(&self) -> Result<(), ConfigError> {
+        if !self.runs(BIND) || !self.runs(INJECT) {
+            return Ok(());
+        }
+        let bound = self.bound_servers().unwrap_or_default();
+        let attachments = self
+            .section(INJECT)
+            .get("attachments")
+            .and_then(serde_json::Value::as_array);
+        for (i, a) in attachments.into_iter().flatten().enumerate() {
+            if let Some(server) = a.get("server").and_then(serde_json::Value::as_str)
+                && !bound.iter().any(|b| b == server)
+            {
+                let list = if bound.is_empty() {
+                    "none".to_owned()
+                } else {
+                    bound.join(", ")
+                };
+                return Err(ConfigError::new(
+                    format!("{INJECT}.attachments[{i}].server"),
+                    format!(
+                        "`{server}` is not bound by this pipeline's bind_mcp_servers (bound: {list})"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
