@@ -22,6 +22,7 @@ pub mod context;
 pub mod error;
 pub mod extensions;
 pub mod fence;
+pub mod layer;
 pub mod model;
 pub mod pipeline;
 pub mod registry;
@@ -48,7 +49,7 @@ pub use error::{ConfigError, RunError, SourceError, StageError};
 pub use extensions::Extensions;
 pub use fence::Fence;
 pub use model::{ModelProfile, ModelProfileError};
-pub use pipeline::{Pipeline, Prepared, ToolCallOutcome, TurnOutcome};
+pub use pipeline::{Pipeline, Prepared, ToolCallOutcome, TurnOutcome, TurnStatus};
 pub use registry::{
     BuildContext, Registry, RegistryError, RunnerDescriptor, StageDescriptor, StagePhase,
     parse_section,

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt as _;
 use serde::Serialize;
 
+use crate::layer::{CatchPanic, ReportFailure, Timeout};
 use crate::model::ModelProfile;
 use crate::run::{EventSink, RunReply, RunRequest, Runner, collect_reply_tapped};
 use crate::stage::{Stage, StageOutcome};
@@ -53,10 +54,44 @@ pub struct TurnOutcome {
     pub request: Option<RunRequest>,
     /// The runner's collected events (absent when it did not run or failed).
     pub run: Option<RunReply>,
-    /// Whether the turn failed (a stage or the runner returned an error).
-    pub failed: bool,
+    /// How the turn ended.
+    pub status: TurnStatus,
     /// Everything that happened.
     pub trace: Trace,
+}
+
+/// How a turn ended: [`TurnOutcome::status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    /// The runner answered.
+    Completed,
+    /// A stage answered instead of the runner (a prompt command that lacks an argument,
+    /// a required server that is down): [`TurnOutcome::ended_by`] names it.
+    Ended,
+    /// A stage failed (returned an error or panicked).
+    StageFailed,
+    /// The runner failed.
+    RunnerFailed,
+    /// The runner was still running at the turn's deadline.
+    TimedOut,
+}
+
+impl TurnStatus {
+    /// Whether the turn failed: a stage or the runner failed, or the time ran out.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            Self::StageFailed | Self::RunnerFailed | Self::TimedOut
+        )
+    }
+}
+
+impl TurnOutcome {
+    /// Whether the turn failed ([`TurnStatus::is_failure`]).
+    pub fn failed(&self) -> bool {
+        self.status.is_failure()
+    }
 }
 
 /// What [`Pipeline::call_tool`] did.
@@ -409,20 +444,20 @@ impl Pipeline {
                 Ok(result) => result,
                 Err(panic) => Err(crate::error::StageError::msg(format!(
                     "it panicked: {}",
-                    panic_message(panic.as_ref())
+                    crate::layer::panic_message(panic.as_ref())
                 ))),
             };
             let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let (outcome, end) = match result {
                 Ok(StageOutcome::Continue) => ("continue", None),
-                Ok(StageOutcome::Reply(text)) => ("reply", Some((text, false))),
+                Ok(StageOutcome::Reply(text)) => ("reply", Some((text, TurnStatus::Ended))),
                 Err(e) => {
                     turn.trace.warn(format!("stage `{}` failed: {e}", s.name));
                     let text = format!(
                         "Sorry, this message could not be handled: stage `{}` failed: {e}",
                         s.name
                     );
-                    ("error", Some((text, true)))
+                    ("error", Some((text, TurnStatus::StageFailed)))
                 }
             };
             turn.trace.record(TraceEvent::StageFinished {
@@ -430,13 +465,13 @@ impl Pipeline {
                 outcome: outcome.into(),
                 elapsed_ms,
             });
-            if let Some((reply, failed)) = end {
+            if let Some((reply, status)) = end {
                 return Prepared::Ended(TurnOutcome {
                     reply,
                     ended_by: Some(s.name.clone()),
                     request: None,
                     run: None,
-                    failed,
+                    status,
                     trace: std::mem::take(&mut turn.trace),
                 });
             }
@@ -464,9 +499,26 @@ impl Pipeline {
     /// trace and in the history.
     pub async fn run_turn_within(
         &self,
+        turn: Turn,
+        tap: Option<&EventSink>,
+        deadline: Option<Instant>,
+    ) -> TurnOutcome {
+        self.run_turn_on(turn, tap, deadline, None).await
+    }
+
+    /// [`Pipeline::run_turn_within`], ending in `runner` (its name and the runner)
+    /// instead of the pipeline's own when given: the runner is chosen per call (a
+    /// service's preview turns), so no copy of the pipeline is needed for it.
+    ///
+    /// Whichever runs is put under the [`layer`](crate::layer)s: `deadline` bounds it
+    /// ([`Timeout`]), a panic fails it ([`CatchPanic`]), and a failure is its last event
+    /// ([`ReportFailure`]).
+    pub async fn run_turn_on(
+        &self,
         mut turn: Turn,
         tap: Option<&EventSink>,
         deadline: Option<Instant>,
+        runner: Option<(&str, &dyn Runner)>,
     ) -> TurnOutcome {
         let started = Instant::now();
         if let Some(d) = deadline {
@@ -475,37 +527,42 @@ impl Pipeline {
                 .or_else(|| self.turn_timeout.map(|t| started + t));
             turn.deadline = Some(own.map_or(d, |own| own.min(d)));
         }
-        let (request, mut trace) = match self.prepare(turn).await {
+        let (mut request, mut trace) = match self.prepare(turn).await {
             Prepared::Request(request, trace) => (request, trace),
             Prepared::Ended(outcome) => return outcome,
         };
-        let run = collect_reply_tapped(self.runner.as_ref(), &request, tap);
-        let result = match deadline {
-            None => run.await,
-            Some(d) => match tokio::time::timeout_at(d.into(), run).await {
-                Ok(result) => result,
-                Err(_) => Err(crate::RunError::Timeout(
-                    d.saturating_duration_since(started),
-                )),
-            },
-        };
+        request.deadline = deadline;
+        let (name, runner) = runner.unwrap_or((&self.runner_name, self.runner.as_ref()));
+        let layered = ReportFailure::new(CatchPanic::new(Timeout::new(runner, None)));
+        let result = collect_reply_tapped(&layered, &request, tap).await;
         // The model's own reads (read_resource) and tool calls happened during the runner.
         let (reads, calls) = (trace.reads().count(), trace.tool_calls().count());
         if trace.collect_reported() > 0 {
             self.record_reads(&request.ids, &mut trace, reads).await;
             self.record_calls(&request.ids, &mut trace, calls).await;
         }
-        let (reply, run, failed, error) = match result {
-            Ok(run) => (run.text.clone(), Some(run), false, None),
-            Err(e) => (
-                format!("Sorry, the runner `{}` failed: {e}", self.runner_name),
-                None,
-                true,
-                Some(e.to_string()),
-            ),
+        let (reply, run, status, error) = match result {
+            Ok(run) => (run.text.clone(), Some(run), TurnStatus::Completed, None),
+            Err(e) => {
+                let status = match e {
+                    // The deadline this call set, not a backend's own timeout.
+                    crate::RunError::Timeout(_)
+                        if deadline.is_some_and(|d| Instant::now() >= d) =>
+                    {
+                        TurnStatus::TimedOut
+                    }
+                    _ => TurnStatus::RunnerFailed,
+                };
+                (
+                    format!("Sorry, the runner `{name}` failed: {e}"),
+                    None,
+                    status,
+                    Some(e.to_string()),
+                )
+            }
         };
         trace.record(TraceEvent::RunFinished {
-            runner: self.runner_name.clone(),
+            runner: name.to_owned(),
             error,
         });
         TurnOutcome {
@@ -513,19 +570,10 @@ impl Pipeline {
             ended_by: None,
             request: Some(request),
             run,
-            failed,
+            status,
             trace,
         }
     }
-}
-
-/// The text of a panic payload (`panic!("…")` gives a `&str` or a `String`).
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
 }
 
 #[cfg(test)]
@@ -646,7 +694,7 @@ mod tests {
         turn.attachments
             .push(crate::Attachment::message_uri("kb", "kb://m"));
         let out = p.run_turn(turn).await;
-        assert!(!out.failed, "{}", out.reply);
+        assert_eq!(out.status, TurnStatus::Completed, "{}", out.reply);
         let history = store
             .history(&crate::HistoryQuery::default())
             .await
@@ -726,7 +774,7 @@ mod tests {
         turn.attachments
             .push(crate::Attachment::message_uri("kb", "kb://m"));
         let out = p.run_turn(turn).await;
-        assert!(!out.failed);
+        assert_eq!(out.status, TurnStatus::Completed);
         assert_eq!(out.reply, "x");
         let warnings: Vec<&str> = out.trace.warnings().collect();
         assert_eq!(
@@ -743,7 +791,7 @@ mod tests {
         let p = pipeline(vec![("a", Box::new(Push("1"))), ("b", Box::new(Push("2")))]);
         let out = p.run_turn(Turn::new("ignored", "x")).await;
         assert_eq!(out.reply, "x12");
-        assert!(!out.failed && out.ended_by.is_none());
+        assert!(out.status == TurnStatus::Completed && out.ended_by.is_none());
         let request = out
             .request
             .as_ref()
@@ -768,8 +816,8 @@ mod tests {
         let p = pipeline(vec![("stop", Box::new(Stop)), ("a", Box::new(Push("1")))]);
         let out = p.run_turn(Turn::new("p", "x")).await;
         assert_eq!(
-            (out.reply.as_str(), out.ended_by.as_deref(), out.failed),
-            ("stopped", Some("stop"), false)
+            (out.reply.as_str(), out.ended_by.as_deref(), out.status),
+            ("stopped", Some("stop"), TurnStatus::Ended)
         );
         assert!(out.request.is_none());
     }
@@ -787,7 +835,7 @@ mod tests {
     async fn a_panicking_stage_ends_the_turn_with_an_error_not_the_process() {
         let p = pipeline(vec![("bad", Box::new(Panics)), ("a", Box::new(Push("1")))]);
         let out = p.run_turn(Turn::new("p", "x")).await;
-        assert!(out.failed);
+        assert_eq!(out.status, TurnStatus::StageFailed);
         assert_eq!(
             out.reply,
             "Sorry, this message could not be handled: stage `bad` failed: it panicked: index out of range"
@@ -798,7 +846,7 @@ mod tests {
     async fn a_stage_error_becomes_a_reply_and_a_trace_record() {
         let p = pipeline(vec![("fail", Box::new(Fail))]);
         let out = p.run_turn(Turn::new("p", "x")).await;
-        assert!(out.failed);
+        assert_eq!(out.status, TurnStatus::StageFailed);
         assert_eq!(
             out.reply,
             "Sorry, this message could not be handled: stage `fail` failed: boom"

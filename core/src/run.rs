@@ -2,6 +2,7 @@
 //! contract.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -50,6 +51,11 @@ pub struct RunRequest {
     /// data and fences them itself.
     #[serde(skip)]
     pub fence: crate::fence::Fence,
+    /// When the run must end: the [`layer::Timeout`](crate::layer::Timeout) a pipeline
+    /// puts its runner under stops it then with [`RunError::Timeout`]. `None`: no
+    /// deadline but the runner's own.
+    #[serde(skip)]
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl RunRequest {
@@ -69,6 +75,7 @@ impl RunRequest {
             model: (*turn.model).clone(),
             reads: turn.trace.reads().cloned().collect(),
             fence: turn.fence.clone(),
+            deadline: None,
         }
     }
 
@@ -136,18 +143,36 @@ pub enum RunEvent {
 #[derive(Debug, Clone)]
 pub struct EventSink {
     tx: mpsc::Sender<RunEvent>,
+    /// Set once a [`RunEvent::RunFailed`] went through any clone of this sink.
+    failure_reported: Arc<AtomicBool>,
 }
 
 impl EventSink {
     /// A sink and its receiver, holding up to `capacity` unread events (at least 1).
     pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<RunEvent>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        (Self { tx }, rx)
+        let failure_reported = Arc::new(AtomicBool::new(false));
+        (
+            Self {
+                tx,
+                failure_reported,
+            },
+            rx,
+        )
+    }
+
+    /// Whether a [`RunEvent::RunFailed`] was emitted through this sink (or a clone):
+    /// [`ReportFailure`](crate::layer::ReportFailure) then adds none.
+    pub fn failure_reported(&self) -> bool {
+        self.failure_reported.load(Ordering::Relaxed)
     }
 
     /// Sends one event, waiting while the receiver is `capacity` events behind.
     /// Cancel-safe.
     pub async fn emit(&self, event: RunEvent) {
+        if matches!(event, RunEvent::RunFailed { .. }) {
+            self.failure_reported.store(true, Ordering::Relaxed);
+        }
         // A closed receiver means nobody listens any more; the runner just goes on.
         let _ = self.tx.send(event).await;
     }
@@ -162,6 +187,20 @@ pub trait Runner: Send + Sync {
     /// # Errors
     /// [`RunError`] when the run cannot complete.
     async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError>;
+}
+
+#[async_trait]
+impl<R: Runner + ?Sized> Runner for Box<R> {
+    async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
+        (**self).run(request, events).await
+    }
+}
+
+#[async_trait]
+impl<R: Runner + ?Sized> Runner for &R {
+    async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
+        (**self).run(request, events).await
+    }
 }
 
 /// The collected result of a run.

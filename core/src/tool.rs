@@ -212,6 +212,7 @@ impl std::fmt::Debug for dyn ToolExecutor {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -343,7 +343,12 @@ async fn the_model_reads_go_through_the_policy_and_into_the_history() {
     let mut turn = Turn::new("default", "what is the plan?");
     turn.ids.conversation = Some("c9".into());
     let outcome = p.run_turn(turn).await;
-    assert!(!outcome.failed, "{}", outcome.reply);
+    assert_eq!(
+        outcome.status,
+        hostpipe_core::TurnStatus::Completed,
+        "{}",
+        outcome.reply
+    );
     assert_eq!(outcome.reply, "I cannot see the plan.");
     // The model was told it was withheld.
     let second = &api.requests()[1];
@@ -399,7 +404,12 @@ async fn resource_text_cannot_close_its_fence_or_forge_a_system_message() {
             "how long is shipping? @kb:kb://public/injection",
         ))
         .await;
-    assert!(!outcome.failed, "{}", outcome.reply);
+    assert_eq!(
+        outcome.status,
+        hostpipe_core::TurnStatus::Completed,
+        "{}",
+        outcome.reply
+    );
     let request = outcome.request.as_ref().unwrap();
     let f = request.fence.name();
     let tokens = block(request, "kb://public/injection").tokens_after;

@@ -57,7 +57,12 @@ async fn the_tool_loop_calls_the_real_tool_and_sends_its_content_list_as_one_str
     .await;
     let p = pipeline(&host, &local_pipeline(&server.uri(), false));
     let outcome = p.run_turn(Turn::new("default", "Show me the logo")).await;
-    assert!(!outcome.failed, "{}", outcome.reply);
+    assert_eq!(
+        outcome.status,
+        hostpipe_core::TurnStatus::Completed,
+        "{}",
+        outcome.reply
+    );
     assert_eq!(outcome.reply, "That is the MCP logo.");
 
     let requests = api.requests();
@@ -131,7 +136,12 @@ async fn streamed_deltas_and_a_streamed_tool_call_assemble() {
     .await;
     let p = pipeline(&host, &local_pipeline(&server.uri(), true));
     let outcome = p.run_turn(Turn::new("default", "Echo hi there")).await;
-    assert!(!outcome.failed, "{}", outcome.reply);
+    assert_eq!(
+        outcome.status,
+        hostpipe_core::TurnStatus::Completed,
+        "{}",
+        outcome.reply
+    );
     assert_eq!(outcome.reply, "The echo said hi.");
     let requests = api.requests();
     assert_eq!(requests[0]["stream"], true);
@@ -301,7 +311,7 @@ async fn a_model_that_never_stops_calling_tools_ends_at_max_rounds() {
     let toml = local_pipeline(&server.uri(), false) + "max_rounds = 3\n";
     let p = pipeline(&host, &toml);
     let outcome = p.run_turn(Turn::new("default", "loop")).await;
-    assert!(outcome.failed);
+    assert_eq!(outcome.status, hostpipe_core::TurnStatus::RunnerFailed);
     assert!(
         outcome.reply.contains("still calling tools after 3 rounds"),
         "{}",

@@ -464,7 +464,12 @@ async fn postgres_passes_the_store_checks_and_two_workers_share_pins_and_history
     turn.ids.conversation = Some("room-9".into());
     let outcome = worker_b.pipeline("default").unwrap().run_turn(turn).await;
     worker_b.shutdown().await;
-    assert!(!outcome.failed, "{}", outcome.reply);
+    assert_eq!(
+        outcome.status,
+        hostpipe_core::TurnStatus::Completed,
+        "{}",
+        outcome.reply
+    );
     let request = outcome.request.as_ref().unwrap();
     let pinned = crate::block(request, "demo://data/sample.bin");
     assert_eq!(pinned.source.scope, hostpipe_core::Scope::Conversation);

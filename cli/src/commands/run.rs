@@ -112,7 +112,7 @@ pub(crate) async fn run(app: &App, args: RunArgs) -> anyhow::Result<ExitCode> {
             "turn_id": outcome.trace.turn_id(),
             "reply": outcome.reply,
             "ended_by": outcome.ended_by,
-            "failed": outcome.failed,
+            "failed": outcome.failed(),
             "preview": outcome.request.as_ref().map(PreviewReport::new),
             "trace": outcome.trace.records(),
         });
@@ -147,7 +147,7 @@ pub(crate) async fn run(app: &App, args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         outln!("{}", outcome.reply.trim_end());
     }
-    Ok(if outcome.failed {
+    Ok(if outcome.failed() {
         if !json {
             eprintln!("error: the turn failed (see the reply above)");
         }

@@ -1097,7 +1097,7 @@ fn outcome_json(outcome: &TurnOutcome, pipeline: &str, runner: &str) -> serde_js
         "pipeline": pipeline,
         "runner": runner,
         "reply": outcome.reply,
-        "failed": outcome.failed,
+        "failed": outcome.failed(),
         "ended_by": outcome.ended_by,
         "usage": outcome.run.as_ref().and_then(|r| r.usage),
         "events": outcome.run.as_ref().map(|r| &r.events),
@@ -1173,7 +1173,7 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
             let (outcome, ()) = tokio::join!(run, forward);
             state.approver.unwatch(&turn_id);
             let result = match &outcome {
-                Ok(outcome) if outcome.failed && std::time::Instant::now() >= deadline => {
+                Ok(outcome) if outcome.failed() && std::time::Instant::now() >= deadline => {
                     tracing::warn!(
                         target: "hostpipe::turns",
                         turn_id, pipeline = pipeline_id, runner,
@@ -1193,7 +1193,7 @@ async fn run_turn(State(state): St, headers: HeaderMap, Body(body): Body<TurnBod
                     tracing::info!(
                         target: "hostpipe::turns",
                         turn_id, pipeline = pipeline_id, runner,
-                        failed = outcome.failed, ended_by = outcome.ended_by,
+                        failed = outcome.failed(), ended_by = outcome.ended_by,
                         reads = outcome.trace.reads().count(),
                         elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                         "turn finished"
