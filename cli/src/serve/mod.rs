@@ -7,8 +7,10 @@
 //! read history live in the attachment store, so several instances behind a load
 //! balancer can share one PostgreSQL store.
 
-mod api;
 pub mod approver;
+mod error;
+mod handlers;
+mod router;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -620,7 +622,7 @@ impl Drop for AccessLine {
 /// the health routes (no token).
 pub(crate) fn router(state: Arc<ServeState>) -> Router {
     use axum::routing::get;
-    let v1 = api::routes(state.options.request_timeout)
+    let v1 = router::routes(state.options.request_timeout)
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             authorize,
@@ -640,10 +642,10 @@ pub(crate) fn router(state: Arc<ServeState>) -> Router {
         )
         .route("/admin.css", page(ADMIN_CSS, "text/css; charset=utf-8"))
         .route("/openapi.json", page(OPENAPI, "application/json"))
-        .route("/healthz", get(api::healthz))
-        .route("/readyz", get(api::readyz))
-        .fallback(api::not_found)
-        .method_not_allowed_fallback(api::method_not_allowed)
+        .route("/healthz", get(handlers::health::healthz))
+        .route("/readyz", get(handlers::health::readyz))
+        .fallback(router::not_found)
+        .method_not_allowed_fallback(router::method_not_allowed)
         .layer(axum::middleware::from_fn(security_headers))
         .layer(axum::middleware::from_fn(access_log))
         .with_state(state)

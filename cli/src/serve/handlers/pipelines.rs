@@ -1,0 +1,25 @@
+//! `GET /v1/pipelines`.
+
+use axum::extract::State;
+use axum::response::Response;
+
+use super::{St, json};
+
+/// `GET /v1/pipelines`: each pipeline's runner, stages, model and bound servers.
+pub(crate) async fn list_pipelines(State(state): St) -> Response {
+    let pipelines: Vec<serde_json::Value> = state
+        .app
+        .pipelines
+        .values()
+        .map(|p| {
+            serde_json::json!({
+                "id": p.id(),
+                "runner": p.runner_name(),
+                "stages": p.stage_names().collect::<Vec<_>>(),
+                "model": p.model().name,
+                "bound_servers": state.app.config.bound_servers(p.id()),
+            })
+        })
+        .collect();
+    json(serde_json::json!({"pipelines": pipelines}))
+}

@@ -1,0 +1,25 @@
+//! `GET /v1/servers` and `GET /v1/servers/{server}`.
+
+use axum::extract::State;
+use axum::response::Response;
+use hostpipe_core::McpSource as _;
+
+use super::super::Params;
+use super::super::error::ApiResult;
+use super::{St, json};
+
+/// `GET /v1/servers`: every configured server and its status.
+pub(crate) async fn list_servers(State(state): St) -> Response {
+    json(serde_json::json!({"servers": state.app.host.servers()}))
+}
+
+pub(crate) async fn get_server(State(state): St, Params(server): Params<String>) -> ApiResult {
+    state.app.check_server(&server)?;
+    let info = state
+        .app
+        .host
+        .servers()
+        .into_iter()
+        .find(|s| s.name == server);
+    Ok(json(info))
+}

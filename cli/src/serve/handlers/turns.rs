@@ -1,0 +1,322 @@
+//! `POST /v1/turns`: a turn through a pipeline, answered as one JSON document or
+//! streamed as server-sent events.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use hostpipe_core::{
+    ArgumentValue, Attachment, EventSink, HistoryMessage, Pipeline, Scope as PinScope, Turn,
+    TurnOutcome, Variables,
+};
+use hostpipe_runners::PreviewReport;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+
+use super::super::error::{ApiResult, uri_with_brace};
+use super::super::{ApiError, Body, ServeState, TurnEvent};
+use super::{St, check_ids, json, pipeline};
+use crate::ops::pin_target;
+
+/// `POST /v1/turns`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TurnBody {
+    pipeline: String,
+    message: String,
+    /// `preview`, or the pipeline's own runner (default).
+    runner: Option<String>,
+    conversation_id: Option<String>,
+    message_id: Option<String>,
+    bot_id: Option<String>,
+    sender: Option<String>,
+    #[serde(default)]
+    variables: BTreeMap<String, String>,
+    #[serde(default)]
+    history: Vec<HistoryMessage>,
+    /// Message-scope attachments.
+    #[serde(default)]
+    attachments: Vec<TurnAttachment>,
+    /// Stream server-sent events (also: `Accept: text/event-stream`).
+    #[serde(default)]
+    stream: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TurnAttachment {
+    server: String,
+    uri: Option<String>,
+    template: Option<String>,
+    #[serde(default)]
+    arguments: BTreeMap<String, ArgumentValue>,
+}
+
+/// Why a turn ended without an outcome.
+enum TurnEnd {
+    /// `[serve] turn_timeout_ms` passed.
+    Timeout,
+    /// The shutdown timeout passed.
+    ShuttingDown,
+}
+
+/// Largest message, in bytes (the body limit bounds it too).
+const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// The pipeline a turn asks for, and whether it is the `preview` copy.
+fn turn_pipeline<'a>(state: &'a ServeState, body: &TurnBody) -> ApiResult<(&'a Pipeline, bool)> {
+    let configured = pipeline(state, &body.pipeline)?;
+    match body.runner.as_deref() {
+        None => Ok((configured, false)),
+        Some(r) if r == configured.runner_name() => Ok((configured, false)),
+        Some("preview") => state
+            .preview
+            .get(&body.pipeline)
+            .map(|p| (p, true))
+            .ok_or_else(|| ApiError::not_found("unknown_pipeline", "no preview pipeline")),
+        Some(r) => Err(ApiError::bad_request(format!(
+            "pipeline `{}` runs with runner `{}`; a turn may ask for that one or `preview`, not `{r}` (set `runner` in [pipelines.{}])",
+            body.pipeline,
+            configured.runner_name(),
+            body.pipeline
+        ))),
+    }
+}
+
+fn turn_from(state: &ServeState, body: TurnBody) -> ApiResult<Turn> {
+    if body.message.trim().is_empty() {
+        return Err(ApiError::bad_request("`message` is empty"));
+    }
+    if body.message.len() > MAX_MESSAGE_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "message_too_large",
+            format!(
+                "`message` is {} bytes; at most {MAX_MESSAGE_BYTES}",
+                body.message.len()
+            ),
+        ));
+    }
+    let mut attachments = Vec::with_capacity(body.attachments.len());
+    for (i, a) in body.attachments.into_iter().enumerate() {
+        state
+            .app
+            .check_server(&a.server)
+            .map_err(|e| ApiError::bad_request(format!("attachments[{i}]: {e}")))?;
+        let target = match (a.uri, a.template) {
+            (Some(uri), None) if uri.contains('{') => {
+                return Err(ApiError::bad_request(format!(
+                    "attachments[{i}]: {}",
+                    uri_with_brace().message
+                )));
+            }
+            (Some(uri), None) => pin_target(&uri, a.arguments),
+            (None, Some(t)) => pin_target(&t, a.arguments),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "attachments[{i}]: give exactly one of `uri` and `template`"
+                )));
+            }
+        }
+        .map_err(|e| ApiError::bad_request(format!("attachments[{i}]: {e}")))?;
+        attachments.push(Attachment {
+            server: a.server,
+            target,
+            scope: PinScope::Message,
+        });
+    }
+    check_ids(&[
+        ("conversation_id", &body.conversation_id),
+        ("message_id", &body.message_id),
+        ("bot_id", &body.bot_id),
+        ("sender", &body.sender),
+    ])?;
+    let mut turn = Turn::new(body.pipeline, body.message);
+    turn.ids.conversation = body.conversation_id;
+    turn.ids.bot = body.bot_id;
+    turn.ids.message = body
+        .message_id
+        .unwrap_or_else(|| format!("http-{}", uuid::Uuid::new_v4()));
+    turn.sender = body.sender;
+    turn.variables = body.variables.into_iter().collect::<Variables>();
+    turn.history = body.history;
+    turn.attachments = attachments;
+    Ok(turn)
+}
+
+/// The turn's result document: the JSON response, and the `done` event's data.
+fn outcome_json(outcome: &TurnOutcome, pipeline: &str, runner: &str) -> serde_json::Value {
+    serde_json::json!({
+        "turn_id": outcome.trace.turn_id(),
+        "pipeline": pipeline,
+        "runner": runner,
+        "reply": outcome.reply,
+        "failed": outcome.failed,
+        "ended_by": outcome.ended_by,
+        "usage": outcome.run.as_ref().and_then(|r| r.usage),
+        "events": outcome.run.as_ref().map(|r| &r.events),
+        "request": outcome.request.as_ref().map(PreviewReport::new),
+        "trace": outcome.trace.records(),
+    })
+}
+
+pub(crate) async fn run_turn(
+    State(state): St,
+    headers: HeaderMap,
+    Body(body): Body<TurnBody>,
+) -> ApiResult {
+    if state.draining.load(Ordering::SeqCst) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "this instance is shutting down; send the turn to another",
+        ));
+    }
+    let stream = body.stream
+        || headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/event-stream"));
+    let (p, use_preview) = turn_pipeline(&state, &body)?;
+    let (pipeline_id, runner) = (p.id().to_owned(), p.runner_name().to_owned());
+    let turn = turn_from(&state, body)?;
+    let turn_id = turn.trace.turn_id().to_owned();
+    let (tx, rx) = mpsc::channel::<TurnEvent>(64);
+    if stream {
+        state.approver.watch(&turn_id, tx.clone());
+        let _ = tx
+            .send(TurnEvent::Started(serde_json::json!({
+                "turn_id": turn_id, "pipeline": pipeline_id, "runner": runner,
+            })))
+            .await;
+    }
+    let task = {
+        let state = Arc::clone(&state);
+        let turn_timeout = state.options.turn_timeout;
+        // The turn runs to its end (and its reads reach the history) even when the
+        // caller goes away; shutdown waits for it.
+        state.turns.clone().spawn(async move {
+            let p = if use_preview {
+                state.preview.get(&pipeline_id)
+            } else {
+                state.app.pipelines.get(&pipeline_id)
+            };
+            let Some(p) = p else {
+                return Err(ApiError::not_found("unknown_pipeline", pipeline_id));
+            };
+            let (sink, mut run_events) = EventSink::channel(64);
+            let forward = {
+                let tx = tx.clone();
+                async move {
+                    while let Some(e) = run_events.recv().await {
+                        let _ = tx.send(TurnEvent::Run(e)).await;
+                    }
+                }
+            };
+            let stop = state.stop_turns.clone();
+            let started = std::time::Instant::now();
+            let deadline = started + turn_timeout;
+            let run = async move {
+                let tap = stream.then_some(&sink);
+                // The pipeline ends the turn at its deadline, trace and history kept; the
+                // outer bound only catches a stage that does not honour it.
+                let bounded = p.run_turn_within(turn, tap, Some(deadline));
+                tokio::select! {
+                    r = tokio::time::timeout(turn_timeout + Duration::from_secs(5), bounded) => {
+                        r.map_err(|_| TurnEnd::Timeout)
+                    }
+                    () = stop.cancelled() => Err(TurnEnd::ShuttingDown),
+                }
+            };
+            let (outcome, ()) = tokio::join!(run, forward);
+            state.approver.unwatch(&turn_id);
+            let result = match &outcome {
+                Ok(outcome) if outcome.failed && std::time::Instant::now() >= deadline => {
+                    tracing::warn!(
+                        target: "hostpipe::turns",
+                        turn_id, pipeline = pipeline_id, runner,
+                        reads = outcome.trace.reads().count(),
+                        "turn timed out; its reads so far are in the history"
+                    );
+                    Err(ApiError::new(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "turn_timeout",
+                        format!(
+                            "turn {turn_id} did not finish within {} ms ([serve] turn_timeout_ms); its reads so far are in the history",
+                            turn_timeout.as_millis()
+                        ),
+                    ))
+                }
+                Ok(outcome) => {
+                    tracing::info!(
+                        target: "hostpipe::turns",
+                        turn_id, pipeline = pipeline_id, runner,
+                        failed = outcome.failed, ended_by = outcome.ended_by,
+                        reads = outcome.trace.reads().count(),
+                        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        "turn finished"
+                    );
+                    Ok(outcome_json(outcome, &pipeline_id, &runner))
+                }
+                Err(TurnEnd::Timeout) => Err(ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "turn_timeout",
+                    format!(
+                        "turn {turn_id} did not finish within {} ms ([serve] turn_timeout_ms)",
+                        turn_timeout.as_millis()
+                    ),
+                )),
+                Err(TurnEnd::ShuttingDown) => Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "shutting_down",
+                    format!(
+                        "turn {turn_id} was stopped: the instance shut down before it finished ([serve] shutdown_timeout_ms)"
+                    ),
+                )),
+            };
+            if let (Err(e), Err(_)) = (&result, &outcome) {
+                // The turn's reads so far went with it: the log is its only record.
+                tracing::warn!(
+                    target: "hostpipe::turns",
+                    turn_id, pipeline = pipeline_id, runner, code = e.code,
+                    "turn stopped before it finished; its reads are not in the history"
+                );
+            }
+            if stream {
+                let last = match &result {
+                    Ok(doc) => TurnEvent::Done(doc.clone()),
+                    Err(e) => TurnEvent::Error(e.clone()),
+                };
+                let _ = tx.send(last).await;
+            }
+            result
+        })
+    };
+    if stream {
+        let events = futures_util::stream::unfold(rx, |mut rx| async move {
+            let e = rx.recv().await?;
+            let (name, data) = e.encode();
+            let event = Event::default().event(name).data(data);
+            Some((Ok::<_, Infallible>(event), rx))
+        });
+        return Ok(Sse::new(events)
+            .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+            .into_response());
+    }
+    drop(rx);
+    match task.await {
+        Ok(Ok(doc)) => Ok(json(doc)),
+        Ok(Err(e)) => Err(e),
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("the turn's task failed: {e}"),
+        )),
+    }
+}
