@@ -1,6 +1,6 @@
-//! How the API says what went wrong: [`ApiResult`], and the errors several handlers
-//! give. [`ApiError`] itself and the body and path extractors, whose rejections become
-//! [`ApiError`]s, are in the parent module.
+//! How the API says what went wrong: [`ApiResult`], the query extractor [`Query`] whose
+//! rejection is an [`ApiError`], and the errors several handlers give. [`ApiError`]
+//! itself and the body and path extractors (`Body`, `Params`) are in the parent module.
 
 use crate::ops::TargetError;
 
@@ -8,6 +8,28 @@ use super::ApiError;
 
 /// A handler's result: its response, or an [`ApiError`].
 pub(crate) type ApiResult<T = axum::response::Response> = Result<T, ApiError>;
+
+/// `axum::extract::Query`, with its rejection (an unknown parameter, a value that does
+/// not parse) as a 400 `invalid_request` [`ApiError`] carrying axum's text.
+pub(crate) struct Query<T>(pub(crate) T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Self(v)),
+            Err(rejection) => Err(ApiError::bad_request(rejection.body_text())),
+        }
+    }
+}
 
 /// A pin or attachment target that is not one: 400, saying what to give instead.
 pub(crate) fn target_error(e: TargetError) -> ApiError {

@@ -1,14 +1,13 @@
 //! Consent questions of running turns: `GET /v1/consent-requests` and
 //! `POST /v1/consent-requests/{id}` (the answer).
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use hostpipe_core::ConsentAnswer;
 use serde::Deserialize;
 
-use super::super::error::ApiResult;
+use super::super::error::{ApiResult, Query};
 use super::super::{ApiError, Body, Params};
 use super::{St, json};
 
@@ -20,9 +19,8 @@ pub(crate) struct ConsentParams {
 
 pub(crate) async fn list_consent_requests(
     State(state): St,
-    params: Result<Query<ConsentParams>, QueryRejection>,
+    Query(params): Query<ConsentParams>,
 ) -> ApiResult {
-    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
     Ok(json(serde_json::json!({
         "consent_requests": state.approver.pending(params.turn_id.as_deref()),
     })))

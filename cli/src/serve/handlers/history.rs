@@ -1,13 +1,12 @@
 //! The read and tool-call history: `GET /v1/history` and `GET /v1/history/tool-calls`.
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use hostpipe_core::HistoryQuery;
 use serde::Deserialize;
 
 use super::super::ApiError;
-use super::super::error::ApiResult;
+use super::super::error::{ApiResult, Query};
 use super::{St, json, store};
 
 /// `GET /v1/history` query parameters.
@@ -77,11 +76,7 @@ fn history_query(params: HistoryParams) -> ApiResult<(HistoryQuery, u32)> {
     Ok((query, limit))
 }
 
-pub(crate) async fn history(
-    State(state): St,
-    params: Result<Query<HistoryParams>, QueryRejection>,
-) -> ApiResult {
-    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+pub(crate) async fn history(State(state): St, Query(params): Query<HistoryParams>) -> ApiResult {
     let (query, limit) = history_query(params)?;
     let records = store(&state)?.history(&query).await?;
     Ok(page("records", records, &query, limit))
@@ -104,9 +99,8 @@ fn page<T: serde::Serialize>(
 /// (`errors`: calls that failed, were withheld or that the tool reported as errors).
 pub(crate) async fn tool_call_history(
     State(state): St,
-    params: Result<Query<HistoryParams>, QueryRejection>,
+    Query(params): Query<HistoryParams>,
 ) -> ApiResult {
-    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let (query, limit) = history_query(params)?;
     let calls = store(&state)?.call_history(&query).await?;
     Ok(page("calls", calls, &query, limit))

@@ -5,13 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use hostpipe_core::{CallOrigin, McpSource as _, Turn, Variables};
 use serde::Deserialize;
 
-use super::super::error::ApiResult;
+use super::super::error::{ApiResult, Query};
 use super::super::{ApiError, Body, Params};
 use super::{St, check_ids, json, pipeline};
 
@@ -27,9 +26,8 @@ pub(crate) struct ToolsParams {
 pub(crate) async fn list_tools(
     State(state): St,
     Params(server): Params<String>,
-    params: Result<Query<ToolsParams>, QueryRejection>,
+    Query(params): Query<ToolsParams>,
 ) -> ApiResult {
-    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
     state.app.check_server(&server)?;
     let tools = state.app.host.list_tools(&server).await?;
     let Some(id) = params.pipeline else {
