@@ -8,6 +8,7 @@
 //! balancer can share one PostgreSQL store.
 
 pub mod approver;
+mod dto;
 mod error;
 mod handlers;
 mod router;

@@ -6,6 +6,7 @@ use axum::extract::State;
 use hostpipe_core::{CompletionRef, McpSource as _};
 use serde::Deserialize;
 
+use super::super::dto::CompletionResponse;
 use super::super::error::ApiResult;
 use super::super::{Body, Params};
 use super::{St, json};
@@ -46,6 +47,7 @@ struct CompleteContext {
     arguments: BTreeMap<String, String>,
 }
 
+/// `POST /v1/servers/{server}/completion`.
 pub(crate) async fn complete(
     State(state): St,
     Params(server): Params<String>,
@@ -67,9 +69,5 @@ pub(crate) async fn complete(
             &body.context.arguments,
         )
         .await?;
-    Ok(json(serde_json::json!({"completion": {
-        "values": c.values,
-        "total": c.total,
-        "hasMore": c.has_more,
-    }})))
+    Ok(json(CompletionResponse::from(c)))
 }

@@ -7,6 +7,7 @@ use axum::response::IntoResponse;
 use hostpipe_core::ConsentAnswer;
 use serde::Deserialize;
 
+use super::super::dto::ConsentRequestList;
 use super::super::error::{ApiResult, Query};
 use super::super::{ApiError, Body, Params};
 use super::{St, json};
@@ -17,13 +18,14 @@ pub(crate) struct ConsentParams {
     turn_id: Option<String>,
 }
 
+/// `GET /v1/consent-requests[?turn_id=ID]`: the questions waiting here.
 pub(crate) async fn list_consent_requests(
     State(state): St,
     Query(params): Query<ConsentParams>,
 ) -> ApiResult {
-    Ok(json(serde_json::json!({
-        "consent_requests": state.approver.pending(params.turn_id.as_deref()),
-    })))
+    Ok(json(ConsentRequestList {
+        consent_requests: state.approver.pending(params.turn_id.as_deref()),
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -32,6 +34,7 @@ pub(crate) struct ConsentBody {
     answer: ConsentAnswer,
 }
 
+/// `POST /v1/consent-requests/{id}`: 204 once the answer reached the waiting turn.
 pub(crate) async fn answer_consent_request(
     State(state): St,
     Params(id): Params<String>,

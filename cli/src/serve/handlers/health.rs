@@ -8,23 +8,27 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use hostpipe_core::{HistoryQuery, McpSource as _};
 
+use super::super::dto::{Health, Ready, ReadyStatus, ServerHealth, StoreHealth};
 use super::{St, json};
 
 /// `GET /healthz`: the process answers.
 pub(crate) async fn healthz() -> Response {
-    json(serde_json::json!({"status": "ok"}))
+    json(Health { status: "ok" })
 }
 
 /// `GET /readyz`: 200 once the servers' first connection attempts are over and the store
 /// answers; 503 while starting, when the store fails, and while shutting down. A failed
 /// MCP server does not make the instance unready (its status is in the body).
 pub(crate) async fn readyz(State(state): St) -> Response {
-    let servers: Vec<serde_json::Value> = state
+    let servers: Vec<ServerHealth> = state
         .app
         .host
         .servers()
         .into_iter()
-        .map(|s| serde_json::json!({"name": s.name, "status": s.status}))
+        .map(|s| ServerHealth {
+            name: s.name,
+            status: s.status,
+        })
         .collect();
     let store = match &state.app.store {
         None => Ok("none".to_owned()),
@@ -41,26 +45,23 @@ pub(crate) async fn readyz(State(state): St) -> Response {
         }
     };
     let status = if state.draining.load(Ordering::SeqCst) {
-        "draining"
+        ReadyStatus::Draining
     } else if !state.connected.load(Ordering::SeqCst) {
-        "starting"
+        ReadyStatus::Starting
     } else if store.is_err() {
-        "store_unavailable"
+        ReadyStatus::StoreUnavailable
     } else {
-        "ready"
+        ReadyStatus::Ready
     };
-    let code = if status == "ready" {
+    let code = if status == ReadyStatus::Ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let store = match store {
-        Ok(s) => serde_json::json!({"ok": true, "store": s}),
-        Err(e) => serde_json::json!({"ok": false, "error": e}),
+    let body = Ready {
+        status,
+        store: StoreHealth::from(store),
+        servers,
     };
-    (
-        code,
-        axum::Json(serde_json::json!({"status": status, "store": store, "servers": servers})),
-    )
-        .into_response()
+    (code, axum::Json(body)).into_response()
 }

@@ -1,11 +1,11 @@
 //! The read and tool-call history: `GET /v1/history` and `GET /v1/history/tool-calls`.
 
 use axum::extract::State;
-use axum::response::Response;
 use hostpipe_core::HistoryQuery;
 use serde::Deserialize;
 
 use super::super::ApiError;
+use super::super::dto::{HistoryPage, ToolCallPage};
 use super::super::error::{ApiResult, Query};
 use super::{St, json, store};
 
@@ -76,23 +76,23 @@ fn history_query(params: HistoryParams) -> ApiResult<(HistoryQuery, u32)> {
     Ok((query, limit))
 }
 
+/// `GET /v1/history`: one page of the reads that match the query.
 pub(crate) async fn history(State(state): St, Query(params): Query<HistoryParams>) -> ApiResult {
     let (query, limit) = history_query(params)?;
     let records = store(&state)?.history(&query).await?;
-    Ok(page("records", records, &query, limit))
+    let (records, next_offset) = page(records, &query, limit);
+    Ok(json(HistoryPage {
+        records,
+        next_offset,
+    }))
 }
 
-/// A history page: the first `limit` of `items` (the store was asked for one more) under
-/// `key`, and `next_offset`, null on the last page.
-fn page<T: serde::Serialize>(
-    key: &str,
-    mut items: Vec<T>,
-    query: &HistoryQuery,
-    limit: u32,
-) -> Response {
+/// A history page: the first `limit` of `items` (the store was asked for one more), and
+/// the offset of the next page, `None` on the last.
+fn page<T>(mut items: Vec<T>, query: &HistoryQuery, limit: u32) -> (Vec<T>, Option<u32>) {
     let next_offset = (items.len() > limit as usize).then(|| query.offset + limit);
     items.truncate(limit as usize);
-    json(serde_json::json!({key: items, "next_offset": next_offset}))
+    (items, next_offset)
 }
 
 /// `GET /v1/history/tool-calls`: the tool calls, with the read history's filters
@@ -103,5 +103,6 @@ pub(crate) async fn tool_call_history(
 ) -> ApiResult {
     let (query, limit) = history_query(params)?;
     let calls = store(&state)?.call_history(&query).await?;
-    Ok(page("calls", calls, &query, limit))
+    let (calls, next_offset) = page(calls, &query, limit);
+    Ok(json(ToolCallPage { calls, next_offset }))
 }

@@ -8,6 +8,7 @@ use axum::response::IntoResponse;
 use hostpipe_core::{ArgumentValue, Attachment, NewPin, PinOwner};
 use serde::Deserialize;
 
+use super::super::dto::Attachments;
 use super::super::error::{ApiResult, target_error, uri_with_brace};
 use super::super::{ApiError, Body, Params, ServeState};
 use super::{St, json, pipeline, store};
@@ -29,6 +30,7 @@ pub(crate) struct PinBody {
 /// At most 100 years, as `hostpipe attach --expires-in`.
 const MAX_EXPIRY_MS: u64 = 100 * 365 * 86_400_000;
 
+/// The pins of `owner`, and a pipeline's configured attachments.
 async fn list_pins(state: &ServeState, owner: PinOwner) -> ApiResult {
     let store = store(state)?;
     let pins = store
@@ -45,11 +47,10 @@ async fn list_pins(state: &ServeState, owner: PinOwner) -> ApiResult {
             .unwrap_or_default(),
         PinOwner::Conversation(_) => Vec::new(),
     };
-    Ok(json(
-        serde_json::json!({"pins": pins, "configured": configured}),
-    ))
+    Ok(json(Attachments { pins, configured }))
 }
 
+/// Pins a URI or a template for `owner`.
 async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResult {
     state.app.check_server(&body.server)?;
     state
@@ -105,6 +106,7 @@ async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResul
     Ok((StatusCode::CREATED, axum::Json(pin)).into_response())
 }
 
+/// Removes pin `pin_id` of `owner`, or 404 `pin_not_found`.
 async fn remove_pin(state: &ServeState, owner: PinOwner, pin_id: &str) -> ApiResult {
     // Ids are UUIDs, written in lower case.
     let pin_id = pin_id.to_ascii_lowercase();
@@ -118,6 +120,7 @@ async fn remove_pin(state: &ServeState, owner: PinOwner, pin_id: &str) -> ApiRes
     }
 }
 
+/// The owner of a conversation's pins; 400 for an empty id.
 fn conversation_owner(id: String) -> ApiResult<PinOwner> {
     if id.trim().is_empty() {
         return Err(ApiError::bad_request("the conversation id is empty"));
@@ -125,11 +128,13 @@ fn conversation_owner(id: String) -> ApiResult<PinOwner> {
     Ok(PinOwner::Conversation(id))
 }
 
+/// `GET /v1/pipelines/{id}/attachments`.
 pub(crate) async fn list_pipeline_pins(State(state): St, Params(id): Params<String>) -> ApiResult {
     pipeline(&state, &id)?;
     list_pins(&state, PinOwner::Pipeline(id)).await
 }
 
+/// `POST /v1/pipelines/{id}/attachments`: 201 and the pin.
 pub(crate) async fn add_pipeline_pin(
     State(state): St,
     Params(id): Params<String>,
@@ -139,6 +144,7 @@ pub(crate) async fn add_pipeline_pin(
     add_pin(&state, PinOwner::Pipeline(id), body).await
 }
 
+/// `DELETE /v1/pipelines/{id}/attachments/{pin_id}`: 204.
 pub(crate) async fn remove_pipeline_pin(
     State(state): St,
     Params((id, pin_id)): Params<(String, String)>,
@@ -147,6 +153,7 @@ pub(crate) async fn remove_pipeline_pin(
     remove_pin(&state, PinOwner::Pipeline(id), &pin_id).await
 }
 
+/// `GET /v1/conversations/{id}/attachments`.
 pub(crate) async fn list_conversation_pins(
     State(state): St,
     Params(id): Params<String>,
@@ -154,6 +161,7 @@ pub(crate) async fn list_conversation_pins(
     list_pins(&state, conversation_owner(id)?).await
 }
 
+/// `POST /v1/conversations/{id}/attachments`: 201 and the pin.
 pub(crate) async fn add_conversation_pin(
     State(state): St,
     Params(id): Params<String>,
@@ -162,6 +170,7 @@ pub(crate) async fn add_conversation_pin(
     add_pin(&state, conversation_owner(id)?, body).await
 }
 
+/// `DELETE /v1/conversations/{id}/attachments/{pin_id}`: 204.
 pub(crate) async fn remove_conversation_pin(
     State(state): St,
     Params((id, pin_id)): Params<(String, String)>,

@@ -3,23 +3,22 @@
 use axum::extract::State;
 use axum::response::Response;
 
+use super::super::dto::{PipelineList, PipelineSummary};
 use super::{St, json};
 
 /// `GET /v1/pipelines`: each pipeline's runner, stages, model and bound servers.
 pub(crate) async fn list_pipelines(State(state): St) -> Response {
-    let pipelines: Vec<serde_json::Value> = state
+    let pipelines = state
         .app
         .pipelines
         .values()
-        .map(|p| {
-            serde_json::json!({
-                "id": p.id(),
-                "runner": p.runner_name(),
-                "stages": p.stage_names().collect::<Vec<_>>(),
-                "model": p.model().name,
-                "bound_servers": state.app.config.bound_servers(p.id()),
-            })
+        .map(|p| PipelineSummary {
+            id: p.id(),
+            runner: p.runner_name(),
+            stages: p.stage_names().collect(),
+            model: &p.model().name,
+            bound_servers: state.app.config.bound_servers(p.id()),
         })
         .collect();
-    json(serde_json::json!({"pipelines": pipelines}))
+    json(PipelineList { pipelines })
 }

@@ -6,6 +6,7 @@ use axum::extract::State;
 use hostpipe_core::McpSource as _;
 use serde::Deserialize;
 
+use super::super::dto::PromptList;
 use super::super::error::ApiResult;
 use super::super::{ApiError, Body, Params};
 use super::{St, json};
@@ -14,7 +15,7 @@ use super::{St, json};
 pub(crate) async fn list_prompts(State(state): St, Params(server): Params<String>) -> ApiResult {
     state.app.check_server(&server)?;
     let prompts = state.app.host.list_prompts(&server).await?;
-    Ok(json(serde_json::json!({"prompts": &*prompts})))
+    Ok(json(PromptList { prompts: &prompts }))
 }
 
 /// `POST /v1/servers/{server}/prompts/{name}`: MCP `prompts/get` (spec 2025-11-25,
@@ -26,6 +27,7 @@ pub(crate) struct PromptBody {
     arguments: BTreeMap<String, String>,
 }
 
+/// `POST /v1/servers/{server}/prompts/{name}`: the prompt, or 404 `unknown_prompt`.
 pub(crate) async fn get_prompt(
     State(state): St,
     Params((server, name)): Params<(String, String)>,

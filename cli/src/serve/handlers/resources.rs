@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::State;
-use base64::Engine as _;
 use hostpipe_core::{ArgumentValue, AttachmentTarget, McpSource as _, Variables};
-use hostpipe_stages::convert::Converted;
 use serde::Deserialize;
 
+use super::super::dto::{
+    ContentItem, ModelSummary, ReadResponse, ResourceList, ResourceTemplateList,
+};
 use super::super::error::{ApiResult, target_error};
 use super::super::{ApiError, Body, Params};
 use super::{St, json, pipeline};
@@ -19,16 +20,21 @@ use crate::ops::pin_target;
 pub(crate) async fn list_resources(State(state): St, Params(server): Params<String>) -> ApiResult {
     state.app.check_server(&server)?;
     let resources = state.app.host.list_resources(&server).await?;
-    Ok(json(serde_json::json!({"resources": &*resources})))
+    Ok(json(ResourceList {
+        resources: &resources,
+    }))
 }
 
+/// `GET /v1/servers/{server}/resource-templates`.
 pub(crate) async fn list_resource_templates(
     State(state): St,
     Params(server): Params<String>,
 ) -> ApiResult {
     state.app.check_server(&server)?;
     let templates = state.app.host.list_resource_templates(&server).await?;
-    Ok(json(serde_json::json!({"resource_templates": &*templates})))
+    Ok(json(ResourceTemplateList {
+        resource_templates: &templates,
+    }))
 }
 
 /// `POST /v1/servers/{server}/resources/read`.
@@ -45,6 +51,8 @@ pub(crate) struct ReadBody {
     pipeline: Option<String>,
 }
 
+/// `POST /v1/servers/{server}/resources/read`: a URI, or a template and its arguments,
+/// read and converted for a pipeline's model (no budget, no consent).
 pub(crate) async fn read_resource(
     State(state): St,
     Params(server): Params<String>,
@@ -95,43 +103,12 @@ pub(crate) async fn read_resource(
         .app
         .preview_read(&server, &uri, from_template.as_deref(), &model)
         .await?;
-    let contents: Vec<serde_json::Value> = items
-        .into_iter()
-        .map(|item| {
-            let mut v = serde_json::json!({
-                "uri": item.uri,
-                "mime_type": item.mime_type,
-                "bytes": item.bytes,
-            });
-            let extra = match item.converted {
-                Converted::Text(text) => serde_json::json!({"kind": "text", "text": text}),
-                Converted::Image {
-                    mime_type,
-                    data,
-                    width,
-                    height,
-                } => serde_json::json!({"kind": "image", "image": {
-                    "mime_type": mime_type,
-                    "width": width,
-                    "height": height,
-                    "data": base64::engine::general_purpose::STANDARD.encode(data),
-                }}),
-                Converted::Fallback { reason, note } => {
-                    serde_json::json!({"kind": "fallback", "reason": reason, "text": note})
-                }
-                Converted::Refused { error, note } => {
-                    serde_json::json!({"kind": "refused", "error": error, "text": note})
-                }
-            };
-            if let (Some(v), serde_json::Value::Object(extra)) = (v.as_object_mut(), extra) {
-                v.extend(extra);
-            }
-            v
-        })
-        .collect();
-    Ok(json(serde_json::json!({
-        "uri": uri,
-        "model": {"name": model.name, "vision": model.vision},
-        "contents": contents,
-    })))
+    Ok(json(ReadResponse {
+        uri,
+        model: ModelSummary {
+            name: model.name.clone(),
+            vision: model.vision,
+        },
+        contents: items.into_iter().map(ContentItem::from).collect(),
+    }))
 }

@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use hostpipe_core::{CallOrigin, McpSource as _, Turn, Variables};
 use serde::Deserialize;
 
+use super::super::dto::{OfferedTool, PipelineToolList, ToolCallResponse, ToolList};
 use super::super::error::{ApiResult, Query};
 use super::super::{ApiError, Body, Params};
 use super::{St, check_ids, json, pipeline};
@@ -23,6 +24,7 @@ pub(crate) struct ToolsParams {
     pipeline: Option<String>,
 }
 
+/// `GET /v1/servers/{server}/tools[?pipeline=ID]`.
 pub(crate) async fn list_tools(
     State(state): St,
     Params(server): Params<String>,
@@ -31,13 +33,13 @@ pub(crate) async fn list_tools(
     state.app.check_server(&server)?;
     let tools = state.app.host.list_tools(&server).await?;
     let Some(id) = params.pipeline else {
-        return Ok(json(serde_json::json!({"tools": &*tools})));
+        return Ok(json(ToolList { tools: &tools }));
     };
     let offered = pipeline(&state, &id)?
         .offered_tools(Turn::new(id.as_str(), ""))
         .await
         .map_err(|outcome| ended(&outcome))?;
-    let tools: Vec<serde_json::Value> = tools
+    let tools = tools
         .iter()
         .map(|t| {
             let offered_as = offered.iter().find_map(|o| match &o.origin {
@@ -48,14 +50,16 @@ pub(crate) async fn list_tools(
                 }
                 _ => None,
             });
-            let mut v = serde_json::to_value(t).unwrap_or_default();
-            if let Some(v) = v.as_object_mut() {
-                v.insert("offered_as".into(), offered_as.into());
+            OfferedTool {
+                tool: t,
+                offered_as,
             }
-            v
         })
         .collect();
-    Ok(json(serde_json::json!({"pipeline": id, "tools": tools})))
+    Ok(json(PipelineToolList {
+        pipeline: id,
+        tools,
+    }))
 }
 
 /// A turn a stage ended before the tools were assembled (a required server down, a
@@ -89,6 +93,8 @@ pub(crate) struct ToolCallBody {
     variables: BTreeMap<String, String>,
 }
 
+/// `POST /v1/servers/{server}/tools/{name}/call`: the call, through the pipeline's
+/// consent gate and trace; bounded by the turn timeout.
 pub(crate) async fn call_tool(
     State(state): St,
     Params((server, name)): Params<(String, String)>,
@@ -207,15 +213,15 @@ pub(crate) async fn call_tool(
             ),
         ));
     }
-    Ok(json(serde_json::json!({
-        "turn_id": turn_id,
-        "pipeline": pipeline_id,
-        "server": server,
-        "tool": name,
-        "offered_as": outcome.name,
-        "result": hostpipe_runners::mcp_json::call_tool_result(&result),
-        "call": record,
-    })))
+    Ok(json(ToolCallResponse {
+        turn_id,
+        pipeline: pipeline_id,
+        server,
+        tool: name,
+        offered_as: outcome.name,
+        result: hostpipe_runners::mcp_json::call_tool_result(&result),
+        call: record,
+    }))
 }
 
 fn json_kind(v: &serde_json::Value) -> &'static str {

@@ -15,10 +15,10 @@ use hostpipe_core::{
     ArgumentValue, Attachment, EventSink, HistoryMessage, Pipeline, Scope as PinScope, Turn,
     TurnOutcome, Variables,
 };
-use hostpipe_runners::PreviewReport;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
+use super::super::dto::{TurnResponse, TurnStarted, document};
 use super::super::error::{ApiResult, uri_with_brace};
 use super::super::{ApiError, Body, ServeState, TurnEvent};
 use super::{St, check_ids, json, pipeline};
@@ -151,21 +151,15 @@ fn turn_from(state: &ServeState, body: TurnBody) -> ApiResult<Turn> {
 }
 
 /// The turn's result document: the JSON response, and the `done` event's data.
-fn outcome_json(outcome: &TurnOutcome, pipeline: &str, runner: &str) -> serde_json::Value {
-    serde_json::json!({
-        "turn_id": outcome.trace.turn_id(),
-        "pipeline": pipeline,
-        "runner": runner,
-        "reply": outcome.reply,
-        "failed": outcome.failed,
-        "ended_by": outcome.ended_by,
-        "usage": outcome.run.as_ref().and_then(|r| r.usage),
-        "events": outcome.run.as_ref().map(|r| &r.events),
-        "request": outcome.request.as_ref().map(PreviewReport::new),
-        "trace": outcome.trace.records(),
-    })
+fn outcome_json(
+    outcome: &TurnOutcome,
+    pipeline: &str,
+    runner: &str,
+) -> ApiResult<serde_json::Value> {
+    document(&TurnResponse::new(outcome, pipeline, runner))
 }
 
+/// `POST /v1/turns`.
 pub(crate) async fn run_turn(
     State(state): St,
     headers: HeaderMap,
@@ -189,12 +183,13 @@ pub(crate) async fn run_turn(
     let turn_id = turn.trace.turn_id().to_owned();
     let (tx, rx) = mpsc::channel::<TurnEvent>(64);
     if stream {
+        let started = document(&TurnStarted {
+            turn_id: &turn_id,
+            pipeline: &pipeline_id,
+            runner: &runner,
+        })?;
         state.approver.watch(&turn_id, tx.clone());
-        let _ = tx
-            .send(TurnEvent::Started(serde_json::json!({
-                "turn_id": turn_id, "pipeline": pipeline_id, "runner": runner,
-            })))
-            .await;
+        let _ = tx.send(TurnEvent::Started(started)).await;
     }
     let task = {
         let state = Arc::clone(&state);
@@ -262,7 +257,7 @@ pub(crate) async fn run_turn(
                         elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                         "turn finished"
                     );
-                    Ok(outcome_json(outcome, &pipeline_id, &runner))
+                    outcome_json(outcome, &pipeline_id, &runner)
                 }
                 Err(TurnEnd::Timeout) => Err(ApiError::new(
                     StatusCode::GATEWAY_TIMEOUT,
