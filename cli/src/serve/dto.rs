@@ -404,3 +404,6 @@ impl<'a> TurnResponse<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
