@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
 use hostpipe_core::{
     ArgumentValue, Attachment, EventSink, HistoryMessage, Pipeline, Scope as PinScope, Turn,
     TurnOutcome, Variables,
@@ -159,7 +159,8 @@ fn outcome_json(
     document(&TurnResponse::new(outcome, pipeline, runner))
 }
 
-/// `POST /v1/turns`.
+/// `POST /v1/turns`: checks the request and builds the turn, starts its task, then
+/// answers with its events as they come (`stream`) or with its document at the end.
 pub(crate) async fn run_turn(
     State(state): St,
     headers: HeaderMap,
@@ -191,118 +192,20 @@ pub(crate) async fn run_turn(
         state.approver.watch(&turn_id, tx.clone());
         let _ = tx.send(TurnEvent::Started(started)).await;
     }
-    let task = {
-        let state = Arc::clone(&state);
-        let turn_timeout = state.options.turn_timeout;
-        // The turn runs to its end (and its reads reach the history) even when the
-        // caller goes away; shutdown waits for it.
-        state.turns.clone().spawn(async move {
-            let p = if use_preview {
-                state.preview.get(&pipeline_id)
-            } else {
-                state.app.pipelines.get(&pipeline_id)
-            };
-            let Some(p) = p else {
-                return Err(ApiError::not_found("unknown_pipeline", pipeline_id));
-            };
-            let (sink, mut run_events) = EventSink::channel(64);
-            let forward = {
-                let tx = tx.clone();
-                async move {
-                    while let Some(e) = run_events.recv().await {
-                        let _ = tx.send(TurnEvent::Run(e)).await;
-                    }
-                }
-            };
-            let stop = state.stop_turns.clone();
-            let started = std::time::Instant::now();
-            let deadline = started + turn_timeout;
-            let run = async move {
-                let tap = stream.then_some(&sink);
-                // The pipeline ends the turn at its deadline, trace and history kept; the
-                // outer bound only catches a stage that does not honour it.
-                let bounded = p.run_turn_within(turn, tap, Some(deadline));
-                tokio::select! {
-                    r = tokio::time::timeout(turn_timeout + Duration::from_secs(5), bounded) => {
-                        r.map_err(|_| TurnEnd::Timeout)
-                    }
-                    () = stop.cancelled() => Err(TurnEnd::ShuttingDown),
-                }
-            };
-            let (outcome, ()) = tokio::join!(run, forward);
-            state.approver.unwatch(&turn_id);
-            let result = match &outcome {
-                Ok(outcome) if outcome.failed && std::time::Instant::now() >= deadline => {
-                    tracing::warn!(
-                        target: "hostpipe::turns",
-                        turn_id, pipeline = pipeline_id, runner,
-                        reads = outcome.trace.reads().count(),
-                        "turn timed out; its reads so far are in the history"
-                    );
-                    Err(ApiError::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "turn_timeout",
-                        format!(
-                            "turn {turn_id} did not finish within {} ms ([serve] turn_timeout_ms); its reads so far are in the history",
-                            turn_timeout.as_millis()
-                        ),
-                    ))
-                }
-                Ok(outcome) => {
-                    tracing::info!(
-                        target: "hostpipe::turns",
-                        turn_id, pipeline = pipeline_id, runner,
-                        failed = outcome.failed, ended_by = outcome.ended_by,
-                        reads = outcome.trace.reads().count(),
-                        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        "turn finished"
-                    );
-                    outcome_json(outcome, &pipeline_id, &runner)
-                }
-                Err(TurnEnd::Timeout) => Err(ApiError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "turn_timeout",
-                    format!(
-                        "turn {turn_id} did not finish within {} ms ([serve] turn_timeout_ms)",
-                        turn_timeout.as_millis()
-                    ),
-                )),
-                Err(TurnEnd::ShuttingDown) => Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "shutting_down",
-                    format!(
-                        "turn {turn_id} was stopped: the instance shut down before it finished ([serve] shutdown_timeout_ms)"
-                    ),
-                )),
-            };
-            if let (Err(e), Err(_)) = (&result, &outcome) {
-                // The turn's reads so far went with it: the log is its only record.
-                tracing::warn!(
-                    target: "hostpipe::turns",
-                    turn_id, pipeline = pipeline_id, runner, code = e.code,
-                    "turn stopped before it finished; its reads are not in the history"
-                );
-            }
-            if stream {
-                let last = match &result {
-                    Ok(doc) => TurnEvent::Done(doc.clone()),
-                    Err(e) => TurnEvent::Error(e.clone()),
-                };
-                let _ = tx.send(last).await;
-            }
-            result
-        })
+    let run = TurnRun {
+        state: Arc::clone(&state),
+        pipeline_id,
+        runner,
+        turn_id,
+        use_preview,
+        stream,
+        tx,
     };
+    // The turn runs to its end (and its reads reach the history) even when the caller
+    // goes away; shutdown waits for it.
+    let task = state.turns.clone().spawn(run.run(turn));
     if stream {
-        let events = futures_util::stream::unfold(rx, |mut rx| async move {
-            let e = rx.recv().await?;
-            let (name, data) = e.encode();
-            let event = Event::default().event(name).data(data);
-            Some((Ok::<_, Infallible>(event), rx))
-        });
-        return Ok(Sse::new(events)
-            .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-            .into_response());
+        return Ok(event_stream(rx));
     }
     drop(rx);
     match task.await {
@@ -313,5 +216,176 @@ pub(crate) async fn run_turn(
             "internal",
             format!("the turn's task failed: {e}"),
         )),
+    }
+}
+
+/// A turn's events as server-sent events, a keep-alive comment every 15 s.
+fn event_stream(rx: mpsc::Receiver<TurnEvent>) -> Response {
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        let e = rx.recv().await?;
+        let (name, data) = e.encode();
+        let event = Event::default().event(name).data(data);
+        Some((Ok::<_, Infallible>(event), rx))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// A started turn: what its task needs besides the turn.
+struct TurnRun {
+    state: Arc<ServeState>,
+    pipeline_id: String,
+    runner: String,
+    turn_id: String,
+    /// Run it on the `preview` copy of the pipeline.
+    use_preview: bool,
+    /// The caller takes the events: the runner's go to `tx`, and the last one.
+    stream: bool,
+    /// Where the turn's events go (unread unless `stream`).
+    tx: mpsc::Sender<TurnEvent>,
+}
+
+impl TurnRun {
+    /// The turn's task: runs it within `[serve] turn_timeout_ms`, logs how it ended, and
+    /// sends the `done` or `error` event when streaming. Its result is the turn's
+    /// document or the error to answer with.
+    async fn run(self, turn: Turn) -> ApiResult<serde_json::Value> {
+        let p = if self.use_preview {
+            self.state.preview.get(&self.pipeline_id)
+        } else {
+            self.state.app.pipelines.get(&self.pipeline_id)
+        };
+        let Some(p) = p else {
+            return Err(ApiError::not_found(
+                "unknown_pipeline",
+                self.pipeline_id.clone(),
+            ));
+        };
+        let started = std::time::Instant::now();
+        let deadline = started + self.state.options.turn_timeout;
+        let outcome = self.run_within(p, turn, deadline).await;
+        self.state.approver.unwatch(&self.turn_id);
+        let result = self.result(&outcome, started, deadline);
+        if let (Err(e), Err(_)) = (&result, &outcome) {
+            let Self {
+                turn_id,
+                pipeline_id,
+                runner,
+                ..
+            } = &self;
+            // The turn's reads so far went with it: the log is its only record.
+            tracing::warn!(
+                target: "hostpipe::turns",
+                turn_id, pipeline = pipeline_id, runner, code = e.code,
+                "turn stopped before it finished; its reads are not in the history"
+            );
+        }
+        if self.stream {
+            let last = match &result {
+                Ok(doc) => TurnEvent::Done(doc.clone()),
+                Err(e) => TurnEvent::Error(e.clone()),
+            };
+            let _ = self.tx.send(last).await;
+        }
+        result
+    }
+
+    /// Runs `turn` through `p`, forwarding the runner's events when streaming. The
+    /// pipeline ends the turn at `deadline`, trace and history kept; the outer bound (5 s
+    /// later) only catches a stage that does not honour it. Shutdown's timeout stops it.
+    async fn run_within(
+        &self,
+        p: &Pipeline,
+        turn: Turn,
+        deadline: std::time::Instant,
+    ) -> Result<TurnOutcome, TurnEnd> {
+        let (sink, mut run_events) = EventSink::channel(64);
+        let forward = {
+            let tx = self.tx.clone();
+            async move {
+                while let Some(e) = run_events.recv().await {
+                    let _ = tx.send(TurnEvent::Run(e)).await;
+                }
+            }
+        };
+        let stop = self.state.stop_turns.clone();
+        let turn_timeout = self.state.options.turn_timeout;
+        let stream = self.stream;
+        // `sink` moves in: the forwarding ends when the run does.
+        let run = async move {
+            let tap = stream.then_some(&sink);
+            let bounded = p.run_turn_within(turn, tap, Some(deadline));
+            tokio::select! {
+                r = tokio::time::timeout(turn_timeout + Duration::from_secs(5), bounded) => {
+                    r.map_err(|_| TurnEnd::Timeout)
+                }
+                () = stop.cancelled() => Err(TurnEnd::ShuttingDown),
+            }
+        };
+        let (outcome, ()) = tokio::join!(run, forward);
+        outcome
+    }
+
+    /// What to answer for `outcome`: the turn's document, or 504 `turn_timeout` (a
+    /// failed turn past its deadline, or one the outer bound stopped), or 503
+    /// `shutting_down`; logged on the `hostpipe::turns` target.
+    fn result(
+        &self,
+        outcome: &Result<TurnOutcome, TurnEnd>,
+        started: std::time::Instant,
+        deadline: std::time::Instant,
+    ) -> ApiResult<serde_json::Value> {
+        let Self {
+            turn_id,
+            pipeline_id,
+            runner,
+            ..
+        } = self;
+        let turn_timeout = self.state.options.turn_timeout;
+        match outcome {
+            Ok(outcome) if outcome.failed && std::time::Instant::now() >= deadline => {
+                tracing::warn!(
+                    target: "hostpipe::turns",
+                    turn_id, pipeline = pipeline_id, runner,
+                    reads = outcome.trace.reads().count(),
+                    "turn timed out; its reads so far are in the history"
+                );
+                Err(ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "turn_timeout",
+                    format!(
+                        "turn {turn_id} did not finish within {} ms ([serve] turn_timeout_ms); its reads so far are in the history",
+                        turn_timeout.as_millis()
+                    ),
+                ))
+            }
+            Ok(outcome) => {
+                tracing::info!(
+                    target: "hostpipe::turns",
+                    turn_id, pipeline = pipeline_id, runner,
+                    failed = outcome.failed, ended_by = outcome.ended_by,
+                    reads = outcome.trace.reads().count(),
+                    elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "turn finished"
+                );
+                outcome_json(outcome, pipeline_id, runner)
+            }
+            Err(TurnEnd::Timeout) => Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "turn_timeout",
+                format!(
+                    "turn {turn_id} did not finish within {} ms ([serve] turn_timeout_ms)",
+                    turn_timeout.as_millis()
+                ),
+            )),
+            Err(TurnEnd::ShuttingDown) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                format!(
+                    "turn {turn_id} was stopped: the instance shut down before it finished ([serve] shutdown_timeout_ms)"
+                ),
+            )),
+        }
     }
 }
