@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use hostpipe_core::{CallOrigin, McpSource as _, Turn, Variables};
+use hostpipe_core::{CallOrigin, McpSource as _, ToolError, Turn, Variables};
 use serde::Deserialize;
 
 use super::super::dto::{OfferedTool, PipelineToolList, ToolCallResponse, ToolList};
@@ -161,48 +161,9 @@ pub(crate) async fn call_tool(
         }
     };
     let record = outcome.trace.tool_calls().last().cloned();
-    let result = match outcome.result {
-        Ok(result) => result,
-        Err(hostpipe_core::ToolError::NotOffered { .. }) => {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "tool_not_offered",
-                format!(
-                    "pipeline `{pipeline_id}` does not offer tool `{name}` of `{server}` ([pipelines.{pipeline_id}.tool_assembly] include and exclude)"
-                ),
-            ));
-        }
-        Err(hostpipe_core::ToolError::UnknownTool { .. }) => {
-            return Err(ApiError::not_found(
-                "unknown_tool",
-                format!("`{server}` lists no tool `{name}`"),
-            ));
-        }
-        Err(hostpipe_core::ToolError::ServerNotBound { allowed, .. }) => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "server_not_bound",
-                format!(
-                    "pipeline `{pipeline_id}` does not bind server `{server}`; it binds: {}",
-                    if allowed.is_empty() {
-                        "(none)".to_owned()
-                    } else {
-                        allowed.join(", ")
-                    }
-                ),
-            ));
-        }
-        Err(hostpipe_core::ToolError::Source(e)) => return Err(e.into()),
-        Err(e) => {
-            let (status, code) =
-                hostpipe_runners::mcp_json::tool_error_status(&e).unwrap_or((502, "server_error"));
-            return Err(ApiError::new(
-                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-                code,
-                e.to_string(),
-            ));
-        }
-    };
+    let result = outcome
+        .result
+        .map_err(|e| tool_error(e, &pipeline_id, &server, &name))?;
     if let Some(r) = record.as_ref().filter(|r| r.withheld) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -224,6 +185,47 @@ pub(crate) async fn call_tool(
     }))
 }
 
+/// A tool call that was not made, as its answer: 403 `tool_not_offered`, 404
+/// `unknown_tool`, 409 `server_not_bound`, the server's error, or the status
+/// `hostpipe_runners::mcp_json` gives the rest (502 `server_error` by default).
+fn tool_error(e: ToolError, pipeline_id: &str, server: &str, name: &str) -> ApiError {
+    match e {
+        ToolError::NotOffered { .. } => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "tool_not_offered",
+            format!(
+                "pipeline `{pipeline_id}` does not offer tool `{name}` of `{server}` ([pipelines.{pipeline_id}.tool_assembly] include and exclude)"
+            ),
+        ),
+        ToolError::UnknownTool { .. } => {
+            ApiError::not_found("unknown_tool", format!("`{server}` lists no tool `{name}`"))
+        }
+        ToolError::ServerNotBound { allowed, .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            "server_not_bound",
+            format!(
+                "pipeline `{pipeline_id}` does not bind server `{server}`; it binds: {}",
+                if allowed.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    allowed.join(", ")
+                }
+            ),
+        ),
+        ToolError::Source(e) => e.into(),
+        e => {
+            let (status, code) =
+                hostpipe_runners::mcp_json::tool_error_status(&e).unwrap_or((502, "server_error"));
+            ApiError::new(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                code,
+                e.to_string(),
+            )
+        }
+    }
+}
+
+/// How `v`'s JSON type reads in a message ("an array").
 fn json_kind(v: &serde_json::Value) -> &'static str {
     match v {
         serde_json::Value::Null => "null",
