@@ -242,14 +242,11 @@ fn mismatches(doc: &Value, schema: &Value, value: &Value, at: &str, out: &mut Ve
     }
 }
 
-/// Each typed body, from a sample, against the schema docs/openapi.json gives for its
-/// route's answer.
-#[test]
-fn typed_bodies_match_the_openapi_document() {
-    let doc: Value = serde_json::from_str(super::super::OPENAPI).unwrap();
+/// A sample of each typed body: the route, method and status it answers, and its JSON.
+fn samples() -> Vec<(&'static str, &'static str, &'static str, Value)> {
     let t = tool();
     let outcome = outcome();
-    let samples: Vec<(&str, &str, &str, Value)> = vec![
+    vec![
         ("/healthz", "get", "200", value(&Health { status: "ok" })),
         (
             "/readyz",
@@ -439,9 +436,16 @@ fn typed_bodies_match_the_openapi_document() {
             "200",
             value(&TurnResponse::new(&outcome, "default", "local")),
         ),
-    ];
+    ]
+}
+
+/// Each typed body, from a sample, against the schema docs/openapi.json gives for its
+/// route's answer.
+#[test]
+fn typed_bodies_match_the_openapi_document() {
+    let doc: Value = serde_json::from_str(super::super::OPENAPI).unwrap();
     let mut out = Vec::new();
-    for (path, method, status, sample) in &samples {
+    for (path, method, status, sample) in &samples() {
         let schema = &doc["paths"][path][method]["responses"][status]["content"]["application/json"]
             ["schema"];
         assert!(schema.is_object(), "no schema for {method} {path} {status}");
