@@ -113,6 +113,7 @@ pub(crate) async fn run(app: &App, args: RunArgs) -> anyhow::Result<ExitCode> {
             "reply": outcome.reply,
             "ended_by": outcome.ended_by,
             "failed": outcome.failed(),
+            "status": outcome.status,
             "preview": outcome.request.as_ref().map(PreviewReport::new),
             "trace": outcome.trace.records(),
         });

@@ -7,8 +7,11 @@
 //! read history live in the attachment store, so several instances behind a load
 //! balancer can share one PostgreSQL store.
 
-mod api;
 pub mod approver;
+mod dto;
+mod error;
+mod handlers;
+mod router;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -22,7 +25,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use hostpipe_core::{Pipeline, RunEvent, SourceError, StoreError};
+use hostpipe_core::{RunEvent, SourceError, StoreError};
 use serde::Serialize;
 use subtle::ConstantTimeEq as _;
 use tokio_util::task::TaskTracker;
@@ -229,8 +232,9 @@ impl ServeOptions {
 /// What every handler shares.
 pub(crate) struct ServeState {
     app: App,
-    /// Each pipeline again, with the `preview` runner (a turn's `"runner": "preview"`).
-    preview: BTreeMap<String, Pipeline>,
+    /// Each pipeline's `preview` runner, for a turn's `"runner": "preview"` (the
+    /// pipeline runs it instead of its own: [`Pipeline::run_turn_on`]).
+    preview: BTreeMap<String, Box<dyn hostpipe_core::Runner>>,
     approver: HttpApprover,
     options: ServeOptions,
     /// Set once the servers' first connection attempts are over.
@@ -620,7 +624,7 @@ impl Drop for AccessLine {
 /// the health routes (no token).
 pub(crate) fn router(state: Arc<ServeState>) -> Router {
     use axum::routing::get;
-    let v1 = api::routes(state.options.request_timeout)
+    let v1 = router::routes(state.options.request_timeout)
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             authorize,
@@ -640,10 +644,10 @@ pub(crate) fn router(state: Arc<ServeState>) -> Router {
         )
         .route("/admin.css", page(ADMIN_CSS, "text/css; charset=utf-8"))
         .route("/openapi.json", page(OPENAPI, "application/json"))
-        .route("/healthz", get(api::healthz))
-        .route("/readyz", get(api::readyz))
-        .fallback(api::not_found)
-        .method_not_allowed_fallback(api::method_not_allowed)
+        .route("/healthz", get(handlers::health::healthz))
+        .route("/readyz", get(handlers::health::readyz))
+        .fallback(router::not_found)
+        .method_not_allowed_fallback(router::method_not_allowed)
         .layer(axum::middleware::from_fn(security_headers))
         .layer(axum::middleware::from_fn(access_log))
         .with_state(state)
@@ -679,25 +683,21 @@ async fn security_headers(req: Request, next: Next) -> Response {
 /// Prints `hostpipe: listening on http://ADDR` on stdout once it accepts connections.
 ///
 /// # Errors
-/// When the address cannot be bound, or the preview pipelines cannot be built.
+/// When the address cannot be bound, or a pipeline's preview runner cannot be built.
 pub async fn serve(
     app: App,
     approver: HttpApprover,
     options: ServeOptions,
     shutdown: impl std::future::Future<Output = &'static str> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let preview_config = app.config.clone();
     let registry = crate::registry()?;
-    let mut preview = preview_config.build_pipelines(
-        &registry,
-        app.host.clone(),
-        Some(&crate::config::RunnerChoice::named("preview")),
-    )?;
-    if let Some(store) = &app.store {
-        preview = preview
-            .into_iter()
-            .map(|(id, p)| (id, p.with_store(Arc::clone(store))))
-            .collect();
+    let choice = crate::config::RunnerChoice::named("preview");
+    let mut preview = BTreeMap::new();
+    for id in app.pipelines.keys() {
+        let runner = app
+            .config
+            .build_runner(&registry, app.host.clone(), id, &choice)?;
+        preview.insert(id.clone(), runner);
     }
     let listener = tokio::net::TcpListener::bind(&options.listen)
         .await

@@ -1,0 +1,179 @@
+//! Pins: `…/attachments` of a pipeline or a conversation (list, add, remove).
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use hostpipe_core::{ArgumentValue, Attachment, NewPin, PinOwner};
+use serde::Deserialize;
+
+use super::super::dto::Attachments;
+use super::super::error::{ApiResult, target_error, uri_with_brace};
+use super::super::{ApiError, Body, Params, ServeState};
+use super::{St, json, pipeline, store};
+use crate::ops::pin_target;
+
+/// `POST …/attachments`: a URI, or a template with its arguments.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PinBody {
+    server: String,
+    uri: Option<String>,
+    template: Option<String>,
+    #[serde(default)]
+    arguments: BTreeMap<String, ArgumentValue>,
+    /// Stop applying after this many milliseconds (default: never).
+    expires_in_ms: Option<u64>,
+}
+
+/// At most 100 years, as `hostpipe attach --expires-in`.
+const MAX_EXPIRY_MS: u64 = 100 * 365 * 86_400_000;
+
+/// The pins of `owner`, and a pipeline's configured attachments.
+async fn list_pins(state: &ServeState, owner: PinOwner) -> ApiResult {
+    let store = store(state)?;
+    let pins = store
+        .pins(
+            std::slice::from_ref(&owner),
+            hostpipe_core::store::unix_ms_now(),
+        )
+        .await?;
+    let configured: Vec<Attachment> = match &owner {
+        PinOwner::Pipeline(id) => state
+            .app
+            .config
+            .pipeline_attachments(id)
+            .unwrap_or_default(),
+        PinOwner::Conversation(_) => Vec::new(),
+    };
+    Ok(json(Attachments { pins, configured }))
+}
+
+/// Pins a URI or a template for `owner`.
+async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResult {
+    state.app.check_server(&body.server)?;
+    state
+        .app
+        .check_pin_owner(&owner, &body.server)
+        .map_err(|e| match &owner {
+            PinOwner::Pipeline(id) if state.app.pipeline(id).is_err() => {
+                ApiError::not_found("unknown_pipeline", format!("{e:#}"))
+            }
+            _ => ApiError::new(StatusCode::CONFLICT, "server_not_bound", format!("{e:#}")),
+        })?;
+    let target = match (body.uri, body.template) {
+        (Some(uri), None) if uri.contains('{') => return Err(uri_with_brace()),
+        (Some(uri), None) => pin_target(&uri, body.arguments),
+        (None, Some(template)) if template.contains('{') => pin_target(&template, body.arguments),
+        (None, Some(template)) => {
+            return Err(ApiError::bad_request(format!(
+                "`{template}` is not a URI template (no {{variable}}); give it as `uri`"
+            )));
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "give exactly one of `uri` and `template`",
+            ));
+        }
+    }
+    .map_err(target_error)?;
+    let expires_at_ms = match body.expires_in_ms {
+        Some(0) => {
+            return Err(ApiError::bad_request(
+                "`expires_in_ms` is 0: a pin that expires at once never applies",
+            ));
+        }
+        Some(ms) if ms > MAX_EXPIRY_MS => {
+            return Err(ApiError::bad_request(
+                "`expires_in_ms` is more than 100 years; leave it out for a pin that never expires",
+            ));
+        }
+        Some(ms) => Some(
+            hostpipe_core::store::unix_ms_now()
+                .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)),
+        ),
+        None => None,
+    };
+    let pin = store(state)?
+        .pin(NewPin {
+            owner,
+            server: body.server,
+            target,
+            expires_at_ms,
+        })
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(pin)).into_response())
+}
+
+/// Removes pin `pin_id` of `owner`, or 404 `pin_not_found`.
+async fn remove_pin(state: &ServeState, owner: PinOwner, pin_id: &str) -> ApiResult {
+    // Ids are UUIDs, written in lower case.
+    let pin_id = pin_id.to_ascii_lowercase();
+    if store(state)?.unpin_id(&owner, &pin_id).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::not_found(
+            "pin_not_found",
+            format!("{owner} has no pin {pin_id}"),
+        ))
+    }
+}
+
+/// The owner of a conversation's pins; 400 for an empty id.
+fn conversation_owner(id: String) -> ApiResult<PinOwner> {
+    if id.trim().is_empty() {
+        return Err(ApiError::bad_request("the conversation id is empty"));
+    }
+    Ok(PinOwner::Conversation(id))
+}
+
+/// `GET /v1/pipelines/{id}/attachments`.
+pub(crate) async fn list_pipeline_pins(State(state): St, Params(id): Params<String>) -> ApiResult {
+    pipeline(&state, &id)?;
+    list_pins(&state, PinOwner::Pipeline(id)).await
+}
+
+/// `POST /v1/pipelines/{id}/attachments`: 201 and the pin.
+pub(crate) async fn add_pipeline_pin(
+    State(state): St,
+    Params(id): Params<String>,
+    Body(body): Body<PinBody>,
+) -> ApiResult {
+    pipeline(&state, &id)?;
+    add_pin(&state, PinOwner::Pipeline(id), body).await
+}
+
+/// `DELETE /v1/pipelines/{id}/attachments/{pin_id}`: 204.
+pub(crate) async fn remove_pipeline_pin(
+    State(state): St,
+    Params((id, pin_id)): Params<(String, String)>,
+) -> ApiResult {
+    pipeline(&state, &id)?;
+    remove_pin(&state, PinOwner::Pipeline(id), &pin_id).await
+}
+
+/// `GET /v1/conversations/{id}/attachments`.
+pub(crate) async fn list_conversation_pins(
+    State(state): St,
+    Params(id): Params<String>,
+) -> ApiResult {
+    list_pins(&state, conversation_owner(id)?).await
+}
+
+/// `POST /v1/conversations/{id}/attachments`: 201 and the pin.
+pub(crate) async fn add_conversation_pin(
+    State(state): St,
+    Params(id): Params<String>,
+    Body(body): Body<PinBody>,
+) -> ApiResult {
+    add_pin(&state, conversation_owner(id)?, body).await
+}
+
+/// `DELETE /v1/conversations/{id}/attachments/{pin_id}`: 204.
+pub(crate) async fn remove_conversation_pin(
+    State(state): St,
+    Params((id, pin_id)): Params<(String, String)>,
+) -> ApiResult {
+    remove_pin(&state, conversation_owner(id)?, &pin_id).await
+}

@@ -1,0 +1,29 @@
+//! `GET /v1/servers` and `GET /v1/servers/{server}`.
+
+use axum::extract::State;
+use axum::response::Response;
+use hostpipe_core::McpSource as _;
+
+use super::super::Params;
+use super::super::dto::ServerList;
+use super::super::error::ApiResult;
+use super::{St, json};
+
+/// `GET /v1/servers`: every configured server and its status.
+pub(crate) async fn list_servers(State(state): St) -> Response {
+    json(ServerList {
+        servers: state.app.host.servers(),
+    })
+}
+
+/// `GET /v1/servers/{server}`: one server (null when it went away since the check).
+pub(crate) async fn get_server(State(state): St, Params(server): Params<String>) -> ApiResult {
+    state.app.check_server(&server)?;
+    let info = state
+        .app
+        .host
+        .servers()
+        .into_iter()
+        .find(|s| s.name == server);
+    Ok(json(info))
+}
