@@ -1,6 +1,8 @@
 //! The MCP host: one session per configured server, connected concurrently, with the
 //! lists prefetched, every request under a timeout, a content cache, subscriptions, and
-//! reconnection of lost servers ([`crate::live`]).
+//! reconnection of lost servers ([`live`]).
+
+mod live;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -33,8 +35,8 @@ use tokio::sync::{mpsc, watch};
 use crate::cache::{ContentCache, Fetched};
 use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
-use crate::live::{self, Observed, Signal, Signals};
 use crate::stdio::LineLimited;
+use live::{Observed, Signal, Signals};
 
 /// Host-wide limits. Every value is a default that a server's config may override where
 /// it says so.

@@ -24,8 +24,8 @@ use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::{HostOptions, Slot, Which, connect, refresh_lists};
 use crate::cache::ContentCache;
-use crate::host::{HostOptions, Slot, Which, connect, refresh_lists};
 use hostpipe_core::ServerStatus;
 
 /// What a server's event loop is told, in order.
