@@ -24,38 +24,17 @@ use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{HostOptions, Slot, Which, connect, refresh_lists};
+use super::slot::{Signal, Slot};
+use super::{HostOptions, Which, connect, refresh_lists};
 use crate::cache::ContentCache;
 use hostpipe_core::ServerStatus;
 
-/// What a server's event loop is told, in order.
-#[derive(Debug)]
-pub(crate) enum Signal {
-    /// `notifications/resources/updated`, already applied to the cache; `was_cached`
-    /// says whether a copy was dropped.
-    Updated { uri: String, was_cached: bool },
-    /// `notifications/resources/list_changed` (covers templates too).
-    ResourcesChanged,
-    /// `notifications/tools/list_changed`.
-    ToolsChanged,
-    /// `notifications/prompts/list_changed`.
-    PromptsChanged,
-    /// The transport ended (stdio EOF, HTTP worker gone).
-    Closed,
-    /// A request failed at the transport: check the connection.
-    Suspect(String),
-    /// The content cache let go of a URI (expired or evicted).
-    Evicted(String),
-}
-
-pub(crate) type Signals = mpsc::UnboundedSender<(u64, Signal)>;
-
 /// A transport that reports notifications and its own end to the server's event loop.
-pub(crate) struct Observed<T> {
-    pub(crate) inner: T,
-    pub(crate) slot: Arc<Slot>,
-    pub(crate) cache: Arc<ContentCache>,
-    pub(crate) conn: u64,
+pub(super) struct Observed<T> {
+    pub(super) inner: T,
+    pub(super) slot: Arc<Slot>,
+    pub(super) cache: Arc<ContentCache>,
+    pub(super) conn: u64,
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
@@ -113,7 +92,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
 }
 
 /// A server's event loop; returns when the host drops the channel or shuts down.
-pub(crate) async fn run(
+pub(super) async fn run(
     slot: Arc<Slot>,
     options: HostOptions,
     cache: Arc<ContentCache>,
@@ -296,7 +275,7 @@ async fn reconnect(
 
 /// How long a list call waits for a pending refresh (after `list_changed`) before it
 /// answers with the list it has.
-pub(crate) async fn wait_fresh(slot: &Slot, timeout: Duration) {
+pub(super) async fn wait_fresh(slot: &Slot, timeout: Duration) {
     let seen = slot.lists.seen.load(Ordering::SeqCst);
     let mut rx = slot.lists.refreshed.subscribe();
     let _ = tokio::time::timeout(timeout, rx.wait_for(|&r| r >= seen)).await;

@@ -4,373 +4,40 @@
 
 mod live;
 mod options;
+mod slot;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use hostpipe_core::{
     Completion, CompletionRef, ListCounts, McpSource, Prompt, PromptResult, Resource, ResourceRead,
-    ResourceTemplate, ServerCapabilities, ServerInfo, ServerStatus, SourceError, Tool,
-    ToolCallResult,
+    ResourceTemplate, ServerInfo, ServerStatus, SourceError, Tool, ToolCallResult,
 };
 use rmcp::model::{
-    ArgumentInfo, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest,
-    CompleteRequestParams, CompletionContext, GetPromptRequestParams, Implementation,
-    PaginatedRequestParams, PingRequest, ProtocolVersion, ReadResourceRequestParams, Reference,
-    SubscribeRequestParams,
+    ArgumentInfo, CallToolRequestParams, ClientCapabilities, ClientConfig, CompleteRequestParams,
+    CompletionContext, GetPromptRequestParams, Implementation, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, Reference,
 };
-use rmcp::service::{ClientCacheConfig, RunningService};
+use rmcp::service::ClientCacheConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
 use tokio::io::AsyncBufReadExt;
-use tokio::sync::{mpsc, watch};
 
 use crate::cache::{ContentCache, Fetched};
 use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 use crate::stdio::LineLimited;
-use live::{Observed, Signal, Signals};
+use live::Observed;
 pub use options::HostOptions;
-
-type Session = RunningService<RoleClient, ClientConfig>;
-
-#[derive(Default)]
-struct State {
-    status: Option<ServerStatus>,
-    capabilities: ServerCapabilities,
-    protocol_version: Option<String>,
-    implementation: Option<(String, String)>,
-    instructions: Option<String>,
-    warnings: Vec<String>,
-    resources: Option<Arc<[Resource]>>,
-    templates: Option<Arc<[ResourceTemplate]>>,
-    tools: Option<Arc<[Tool]>>,
-    prompts: Option<Arc<[Prompt]>>,
-    peer: Option<Peer<RoleClient>>,
-}
-
-const STDERR_TAIL_LINES: usize = 5;
-
-/// Subscriptions on the current connection, and reads in progress per URI.
-#[derive(Default)]
-struct Subs {
-    subscribed: HashSet<String>,
-    readers: HashMap<String, u32>,
-}
-
-struct ReadGuard<'a> {
-    slot: &'a Slot,
-    uri: String,
-}
-
-impl Drop for ReadGuard<'_> {
-    fn drop(&mut self) {
-        let mut subs = self.slot.subs();
-        if let Some(n) = subs.readers.get_mut(&self.uri) {
-            *n -= 1;
-            if *n == 0 {
-                subs.readers.remove(&self.uri);
-            }
-        }
-    }
-}
-
-/// List freshness as two counters: `list_changed` notifications seen (bumped by the
-/// transport wrapper the moment one arrives) and the count the last refresh covered. A
-/// list call waits while `refreshed < seen`; a notification that arrives during a
-/// refresh is not covered by it.
-#[derive(Default)]
-pub(crate) struct ListVersions {
-    pub(crate) seen: AtomicU64,
-    pub(crate) refreshed: watch::Sender<u64>,
-}
-
-impl ListVersions {
-    /// Records that the lists are fresh up to notification `upto`.
-    pub(crate) fn mark_refreshed(&self, upto: u64) {
-        self.refreshed.send_if_modified(|r| {
-            let newer = upto > *r;
-            if newer {
-                *r = upto;
-            }
-            newer
-        });
-    }
-
-    /// Forgets pending refreshes (the connection they were for is gone).
-    pub(crate) fn forgive(&self) {
-        self.mark_refreshed(self.seen.load(Ordering::SeqCst));
-    }
-
-    fn is_stale(&self) -> bool {
-        self.seen.load(Ordering::SeqCst) > *self.refreshed.borrow()
-    }
-}
-
-pub(crate) struct Slot {
-    pub(crate) config: ServerConfig,
-    state: RwLock<State>,
-    session: tokio::sync::Mutex<Option<Session>>,
-    requests: Mutex<BTreeMap<&'static str, u64>>,
-    stderr_tail: Mutex<VecDeque<String>>,
-    /// The process group of a stdio server (its own, led by the child).
-    process_group: Mutex<Option<u32>>,
-    /// The stdio child, to learn how it exited.
-    child: Mutex<Option<tokio::process::Child>>,
-    /// Connection number: bumped by every connect; signals of older ones are ignored.
-    pub(crate) conn: AtomicU64,
-    pub(crate) signals: Signals,
-    signals_rx: Mutex<Option<mpsc::UnboundedReceiver<(u64, Signal)>>>,
-    subs: Mutex<Subs>,
-    /// `list_changed` notifications seen and lists refreshed since.
-    pub(crate) lists: ListVersions,
-    /// The host is shutting down: no reconnects.
-    pub(crate) closing: AtomicBool,
-    updates: AtomicU64,
-}
-
-impl Slot {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn new(config: ServerConfig) -> Self {
-        let (signals, rx) = mpsc::unbounded_channel();
-        Self {
-            config,
-            state: RwLock::default(),
-            session: tokio::sync::Mutex::new(None),
-            requests: Mutex::default(),
-            stderr_tail: Mutex::default(),
-            process_group: Mutex::default(),
-            child: Mutex::default(),
-            conn: AtomicU64::new(0),
-            signals,
-            signals_rx: Mutex::new(Some(rx)),
-            subs: Mutex::default(),
-            lists: ListVersions::default(),
-            closing: AtomicBool::new(false),
-            updates: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn status(&self) -> ServerStatus {
-        let st = self.read();
-        if let Some(peer) = &st.peer
-            && peer.is_transport_closed()
-            && matches!(st.status, Some(ServerStatus::Connected))
-        {
-            return ServerStatus::Failed {
-                reason: "the connection closed (the server exited or dropped the session)".into(),
-            };
-        }
-        st.status.clone().unwrap_or(if self.config.disabled {
-            ServerStatus::Disabled
-        } else {
-            ServerStatus::Connecting
-        })
-    }
-
-    pub(crate) fn set_status(&self, status: ServerStatus) {
-        self.write().status = Some(status);
-    }
-
-    pub(crate) fn is_http(&self) -> bool {
-        matches!(
-            self.config.transport,
-            TransportConfig::StreamableHttp { .. }
-        )
-    }
-
-    pub(crate) fn request_timeout(&self, options: &HostOptions) -> Duration {
-        self.config
-            .request_timeout
-            .unwrap_or(options.request_timeout)
-    }
-
-    pub(crate) fn peer(&self) -> Option<Peer<RoleClient>> {
-        self.read().peer.clone()
-    }
-
-    fn signal(&self, signal: Signal) {
-        let _ = self
-            .signals
-            .send((self.conn.load(Ordering::SeqCst), signal));
-    }
-
-    pub(crate) fn note_update(&self) {
-        self.updates.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn subs(&self) -> std::sync::MutexGuard<'_, Subs> {
-        self.subs.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Marks a read of `uri` in progress until the guard drops (after the result is in
-    /// the cache), so that an unsubscribe decided meanwhile does not drop the
-    /// subscription the new entry relies on.
-    fn begin_read(&self, uri: &str) -> ReadGuard<'_> {
-        *self.subs().readers.entry(uri.to_owned()).or_default() += 1;
-        ReadGuard {
-            slot: self,
-            uri: uri.to_owned(),
-        }
-    }
-
-    /// Whether the current connection is subscribed to `uri`.
-    pub(crate) fn is_subscribed(&self, uri: &str) -> bool {
-        self.subs().subscribed.contains(uri)
-    }
-
-    /// Removes `uri` from the subscriptions when nothing needs it: no fresh cached copy
-    /// (`cached` says) and no read in progress. Whether it was removed (and the caller
-    /// should send `resources/unsubscribe`).
-    pub(crate) fn release_subscription(&self, uri: &str, cached: impl Fn() -> bool) -> bool {
-        let mut subs = self.subs();
-        if subs.readers.get(uri).is_some_and(|&n| n > 0) || cached() {
-            return false;
-        }
-        subs.subscribed.remove(uri)
-    }
-
-    /// Why the connection ended, from the child's exit status when there is one.
-    pub(crate) fn exit_reason(&self) -> String {
-        let status = self
-            .child
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten());
-        match status {
-            Some(s) => format!("the server process exited ({s})"),
-            None => "the connection closed".into(),
-        }
-    }
-
-    /// `ping` under the request timeout; whether the server answered.
-    pub(crate) async fn ping(&self, options: &HostOptions) -> bool {
-        let Some(peer) = self.peer() else {
-            return false;
-        };
-        self.count("ping");
-        let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
-        matches!(
-            tokio::time::timeout(self.request_timeout(options), ping).await,
-            Ok(Ok(_))
-        )
-    }
-
-    /// Closes the session (if any) and kills what is left of the process group.
-    pub(crate) async fn drop_session(&self) {
-        let session = self.session.lock().await.take();
-        {
-            let mut st = self.write();
-            st.peer = None;
-        }
-        self.subs().subscribed.clear();
-        if let Some(session) = session {
-            let _ = tokio::time::timeout(Duration::from_secs(3), session.cancel()).await;
-        }
-        self.stop_child().await;
-    }
-
-    /// Stops a stdio child whose stdin is closed: up to 2 s for it to exit on its own,
-    /// then SIGTERM to its whole process group (a wrapper such as `npx` may have exited
-    /// and left its children) and up to 1 s for the group to empty, then SIGKILL to
-    /// whatever is left.
-    async fn stop_child(&self) {
-        let child = self
-            .child
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(mut child) = child {
-            let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
-        }
-        if self.process_group_alive() {
-            self.signal_process_group(false);
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-            while self.process_group_alive() && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-        }
-        self.kill_process_group();
-    }
-
-    /// Whether any process of the stdio server's group is left (signal 0).
-    fn process_group_alive(&self) -> bool {
-        let group = *self
-            .process_group
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        #[cfg(unix)]
-        if let Some(pgid) = group.and_then(|g| i32::try_from(g).ok()) {
-            return nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok();
-        }
-        let _ = group;
-        false
-    }
-
-    /// SIGTERM (or SIGKILL) to the stdio server's process group, if it has one.
-    fn signal_process_group(&self, kill: bool) {
-        let group = *self
-            .process_group
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        #[cfg(unix)]
-        if let Some(pgid) = group.and_then(|g| i32::try_from(g).ok()) {
-            use nix::sys::signal::{Signal, killpg};
-            let signal = if kill {
-                Signal::SIGKILL
-            } else {
-                Signal::SIGTERM
-            };
-            // ESRCH (nothing left) is the usual, good outcome.
-            let _ = killpg(nix::unistd::Pid::from_raw(pgid), signal);
-        }
-        #[cfg(not(unix))]
-        let _ = (group, kill);
-    }
-
-    pub(crate) fn count(&self, method: &'static str) {
-        *self
-            .requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(method)
-            .or_default() += 1;
-    }
-
-    /// Kills what is left of a stdio server's process group (`npx` and its children).
-    fn kill_process_group(&self) {
-        self.signal_process_group(true);
-        *self
-            .process_group
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
-    }
-
-    fn stderr_tail(&self) -> Vec<String> {
-        self.stderr_tail
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .cloned()
-            .collect()
-    }
-}
+use slot::{Session, Signal, Signals, Slot, State, subscribe_once, timed};
 
 /// The MCP host. Create it with [`McpHost::new`], then [`McpHost::connect_all`]; it
 /// implements [`McpSource`] for the stages. Server names are unique; servers are kept
@@ -406,9 +73,7 @@ impl Drop for McpHost {
             slot.kill_process_group();
             // The session's transport holds the slot; dropping the session (which
             // cancels it) breaks that cycle when `shutdown` was not called.
-            if let Ok(mut session) = slot.session.try_lock() {
-                session.take();
-            }
+            slot.try_drop_session();
         }
         self.abort_loops();
     }
@@ -500,12 +165,7 @@ impl McpHost {
         if slot.closing.load(Ordering::Relaxed) || slot.peer().is_none() {
             return;
         }
-        let rx = slot
-            .signals_rx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(rx) = rx {
+        if let Some(rx) = slot.take_signals() {
             self.loops
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -561,19 +221,14 @@ impl McpHost {
     /// How many `notifications/resources/updated` `server` has sent (diagnostics and
     /// tests); `None` if not configured.
     pub fn updates_received(&self, server: &str) -> Option<u64> {
-        self.slots
-            .get(server)
-            .map(|s| s.updates.load(Ordering::Relaxed))
+        self.slots.get(server).map(|s| s.updates())
     }
 
     /// The URIs `server` is subscribed to on its current connection, sorted.
     pub fn subscriptions(&self, server: &str) -> Vec<String> {
-        let mut uris: Vec<String> = self
-            .slots
+        self.slots
             .get(server)
-            .map_or_else(Vec::new, |s| s.subs().subscribed.iter().cloned().collect());
-        uris.sort();
-        uris
+            .map_or_else(Vec::new, |s| s.subscriptions())
     }
 
     /// How many connection attempts `server` has had: 1 after the first connect, one
@@ -587,12 +242,7 @@ impl McpHost {
     /// How many requests of each MCP method were sent to `server` (e.g.
     /// `resources/list` → 1). For diagnostics and tests; `None` if not configured.
     pub fn request_counts(&self, server: &str) -> Option<BTreeMap<&'static str, u64>> {
-        self.slots.get(server).map(|s| {
-            s.requests
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone()
-        })
+        self.slots.get(server).map(|s| s.request_counts())
     }
 
     fn slot(&self, server: &str) -> Result<&Arc<Slot>, SourceError> {
@@ -663,33 +313,6 @@ impl McpHost {
     }
 }
 
-async fn timed<T>(
-    slot: &Slot,
-    method: &'static str,
-    timeout: Duration,
-    fut: impl Future<Output = Result<T, ServiceError>>,
-) -> Result<T, SourceError> {
-    slot.count(method);
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => {
-            let e = convert::service_error(&slot.config.name, method, e);
-            if let SourceError::Transport { message, .. } = &e {
-                // The event loop pings the server and reconnects it if it is gone
-                // (an HTTP server that restarted lost this session).
-                slot.signal(Signal::Suspect(message.clone()));
-            }
-            Err(e)
-        }
-        // Dropping the request future made rmcp send `notifications/cancelled`.
-        Err(_) => Err(SourceError::Timeout {
-            server: slot.config.name.clone(),
-            operation: method.into(),
-            timeout,
-        }),
-    }
-}
-
 /// Follows `nextCursor` to the end (MCP spec 2025-11-25, "Utilities / Pagination"),
 /// at most `max_pages` pages, stopping at a repeated cursor. Returns the items and, when
 /// the list was cut, why.
@@ -755,7 +378,7 @@ where
 
 /// Connects (or reconnects) one server under its connect timeout and lists what it
 /// declares. The outcome is the slot's status.
-pub(crate) async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<ContentCache>) {
+async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<ContentCache>) {
     let name = slot.config.name.clone();
     let connect_timeout = slot
         .config
@@ -803,7 +426,7 @@ pub(crate) async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<Co
             st.instructions.clone_from(&i.instructions);
         }
     }
-    *slot.session.lock().await = Some(session);
+    slot.set_session(session).await;
     // `shutdown` ran while this connect was in flight: it must not come back to life.
     if slot.closing.load(Ordering::Relaxed) {
         slot.drop_session().await;
@@ -821,11 +444,11 @@ pub(crate) async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<Co
 
 /// Which lists to fetch.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Which {
-    pub(crate) tools: bool,
+struct Which {
+    tools: bool,
     /// Resources and resource templates (one `list_changed` covers both).
-    pub(crate) resources: bool,
-    pub(crate) prompts: bool,
+    resources: bool,
+    prompts: bool,
 }
 
 impl Which {
@@ -838,7 +461,7 @@ impl Which {
 
 /// Lists what `which` asks for (only the kinds the server declares) and stores it; a
 /// failed or cut listing becomes a warning and leaves the previous list in place.
-pub(crate) async fn refresh_lists(slot: &Slot, options: &HostOptions, which: Which) {
+async fn refresh_lists(slot: &Slot, options: &HostOptions, which: Which) {
     let Some(peer) = slot.peer() else { return };
     let caps = slot.read().capabilities;
     let mut warnings = Vec::new();
@@ -972,17 +595,14 @@ async fn establish(
             let mut child = cmd
                 .spawn()
                 .map_err(|e| format!("cannot start `{command}`: {e}"))?;
-            *slot
-                .process_group
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = child.id();
+            slot.set_process_group(child.id());
             if let Some(stderr) = child.stderr.take() {
                 tokio::spawn(drain_stderr(Arc::clone(slot), stderr));
             }
             let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
                 return Err(format!("`{command}`: no stdio pipes"));
             };
-            *slot.child.lock().unwrap_or_else(PoisonError::into_inner) = Some(child);
+            slot.set_child(child);
             let limit = options.max_message_bytes;
             let reader = LineLimited::new(stdout, limit, &slot.config.name);
             // `LineLimited` enforces the limit (and fails the request); rmcp's own cap
@@ -1040,28 +660,7 @@ async fn drain_stderr(slot: Arc<Slot>, stderr: tokio::process::ChildStderr) {
     let mut lines = tokio::io::BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         tracing::info!(target: "hostpipe_mcp::server_stderr", server = %slot.config.name, "{line}");
-        let mut tail = slot
-            .stderr_tail
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if tail.len() == STDERR_TAIL_LINES {
-            tail.pop_front();
-        }
-        tail.push_back(line);
-    }
-}
-
-/// `resources/subscribe` to `uri` unless already subscribed on this connection. A
-/// failure is logged and the read goes on (the cache's TTL still bounds staleness).
-async fn subscribe_once(slot: &Slot, peer: &Peer<RoleClient>, uri: &str, timeout: Duration) {
-    if !slot.subs().subscribed.insert(uri.to_owned()) {
-        return;
-    }
-    #[allow(deprecated)] // legacy-only in rmcp 3.11; the right call on `initialize` sessions
-    let call = peer.subscribe(SubscribeRequestParams::new(uri));
-    if let Err(e) = timed(slot, "resources/subscribe", timeout, call).await {
-        tracing::info!(server = %slot.config.name, %uri, error = %e, "resources/subscribe failed");
-        slot.subs().subscribed.remove(uri);
+        slot.push_stderr(line);
     }
 }
 
