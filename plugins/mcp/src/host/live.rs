@@ -1,26 +1,16 @@
-//! Keeping a server's state live: notifications in arrival order, debounced list
-//! refreshes, cache invalidation, unsubscribing, and reconnecting a lost server.
+//! Keeping a server's state live: its event loop ([`run`]) does, in order and one
+//! server at a time, what the notifications [`Observed`] reported call for (refreshing
+//! lists after a debounce, unsubscribing, reconnecting a lost server), pings a
+//! streamable HTTP server now and then, and sweeps the content cache when idle. Signals
+//! of an older connection are ignored.
 //!
-//! rmcp hands each notification to the client handler on its own task, so the handler
-//! sees them out of order (see `docs/mcp-notes.md`). hostpipe does not use the handler:
-//! [`Observed`] wraps the transport and sees every message in `receive`, which rmcp
-//! calls sequentially. What must hold before rmcp hands on the next message is done
-//! right there: `resources/updated` makes the cached copy unreachable, and
-//! `list_changed` marks the lists stale, so a read or list call that follows can never
-//! get the old answer. The rest (refreshing lists, unsubscribing, reconnecting: network
-//! calls) goes into one channel per server, tagged with the connection it came from,
-//! and [`run`] does it in order, one server at a time, ignoring older connections.
+//! [`Observed`]: super::observed::Observed
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use rmcp::RoleClient;
-use rmcp::model::{JsonRpcMessage, ServerNotification};
 use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
-use rmcp::service::RxJsonRpcMessage;
-use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -28,68 +18,6 @@ use super::slot::{Signal, Slot};
 use super::{HostOptions, Which, connect, refresh_lists};
 use crate::cache::ContentCache;
 use hostpipe_core::ServerStatus;
-
-/// A transport that reports notifications and its own end to the server's event loop.
-pub(super) struct Observed<T> {
-    pub(super) inner: T,
-    pub(super) slot: Arc<Slot>,
-    pub(super) cache: Arc<ContentCache>,
-    pub(super) conn: u64,
-}
-
-impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
-    type Error = T::Error;
-
-    fn send(
-        &mut self,
-        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.inner.send(item)
-    }
-
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await;
-        let signal = match &message {
-            None => Some(Signal::Closed),
-            Some(JsonRpcMessage::Notification(n)) => match &n.notification {
-                ServerNotification::ResourceUpdatedNotification(u) => {
-                    let uri = u.params.uri.clone();
-                    let was_cached = self
-                        .cache
-                        .invalidate_uri(&self.slot.config.name, &uri)
-                        .await;
-                    self.slot.note_update();
-                    Some(Signal::Updated { uri, was_cached })
-                }
-                ServerNotification::ResourceListChangedNotification(_) => {
-                    Some(Signal::ResourcesChanged)
-                }
-                ServerNotification::ToolListChangedNotification(_) => Some(Signal::ToolsChanged),
-                ServerNotification::PromptListChangedNotification(_) => {
-                    Some(Signal::PromptsChanged)
-                }
-                _ => None,
-            },
-            Some(_) => None,
-        };
-        if matches!(
-            signal,
-            Some(Signal::ResourcesChanged | Signal::ToolsChanged | Signal::PromptsChanged)
-        ) && self.conn == self.slot.conn.load(Ordering::SeqCst)
-        {
-            self.slot.lists.seen.fetch_add(1, Ordering::SeqCst);
-        }
-        if let Some(signal) = signal {
-            // The loop is gone only when the host is: nothing to tell.
-            let _ = self.slot.signals.send((self.conn, signal));
-        }
-        message
-    }
-
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.close()
-    }
-}
 
 /// A server's event loop; returns when the host drops the channel or shuts down.
 pub(super) async fn run(

@@ -3,6 +3,7 @@
 //! reconnection of lost servers ([`live`]).
 
 mod live;
+mod observed;
 mod options;
 mod slot;
 
@@ -35,7 +36,7 @@ use crate::cache::{ContentCache, Fetched};
 use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 use crate::stdio::LineLimited;
-use live::Observed;
+use observed::Observed;
 pub use options::HostOptions;
 use slot::{Session, Signal, Signals, Slot, State, subscribe_once, timed};
 
