@@ -14,8 +14,9 @@ use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::lists::{Which, refresh_lists};
 use super::slot::{Signal, Slot};
-use super::{HostOptions, Which, connect, refresh_lists};
+use super::{HostOptions, connect};
 use crate::cache::ContentCache;
 use hostpipe_core::ServerStatus;
 

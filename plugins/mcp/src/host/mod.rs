@@ -2,13 +2,13 @@
 //! lists prefetched, every request under a timeout, a content cache, subscriptions, and
 //! reconnection of lost servers ([`live`]).
 
+mod lists;
 mod live;
 mod observed;
 mod options;
 mod slot;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::future::Future;
+use std::collections::{BTreeMap, HashMap};
 use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,21 +21,22 @@ use hostpipe_core::{
 };
 use rmcp::model::{
     ArgumentInfo, CallToolRequestParams, ClientCapabilities, ClientConfig, CompleteRequestParams,
-    CompletionContext, GetPromptRequestParams, Implementation, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, Reference,
+    CompletionContext, GetPromptRequestParams, Implementation, ProtocolVersion,
+    ReadResourceRequestParams, Reference,
 };
 use rmcp::service::ClientCacheConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
+use rmcp::{Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncBufReadExt;
 
 use crate::cache::{ContentCache, Fetched};
 use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 use crate::stdio::LineLimited;
+use lists::{Which, refresh_lists};
 use observed::Observed;
 pub use options::HostOptions;
 use slot::{Session, Signal, Signals, Slot, State, subscribe_once, timed};
@@ -314,69 +315,6 @@ impl McpHost {
     }
 }
 
-/// Follows `nextCursor` to the end (MCP spec 2025-11-25, "Utilities / Pagination"),
-/// at most `max_pages` pages, stopping at a repeated cursor. Returns the items and, when
-/// the list was cut, why.
-async fn list_paged<T, F, Fut>(
-    slot: &Slot,
-    method: &'static str,
-    options: &HostOptions,
-    mut page: F,
-) -> Result<(Vec<T>, Option<String>), SourceError>
-where
-    F: FnMut(Option<PaginatedRequestParams>) -> Fut,
-    Fut: Future<Output = Result<(Vec<T>, Option<String>), ServiceError>>,
-{
-    let timeout = slot
-        .config
-        .request_timeout
-        .unwrap_or(options.request_timeout);
-    let mut items = Vec::new();
-    let mut seen = HashSet::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..options.max_list_pages.max(1) {
-        let params = cursor
-            .clone()
-            .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-        let (mut batch, next) = match timed(slot, method, timeout, page(params)).await {
-            Ok(page) => page,
-            // A server that declares the capability but not this list method (e.g. a
-            // low-level Python SDK server without templates) simply has none.
-            Err(SourceError::Protocol { code: -32601, .. }) if cursor.is_none() => {
-                tracing::debug!(server = %slot.config.name, method, "method not found; treating the list as empty");
-                return Ok((Vec::new(), None));
-            }
-            Err(e) => return Err(e),
-        };
-        items.append(&mut batch);
-        let max_items = options.max_list_items.max(1);
-        if items.len() > max_items {
-            items.truncate(max_items);
-            let why = format!(
-                "{method}: more than {max_items} items (max_list_items); the list was cut at {max_items}"
-            );
-            return Ok((items, Some(why)));
-        }
-        match next {
-            None => return Ok((items, None)),
-            Some(next) if !seen.insert(next.clone()) => {
-                let why = format!(
-                    "{method}: the server repeated cursor `{next}`; the list was cut at {} items",
-                    items.len()
-                );
-                return Ok((items, Some(why)));
-            }
-            Some(next) => cursor = Some(next),
-        }
-    }
-    let cut = format!(
-        "{method}: more than {} pages; the list was cut at {} items",
-        options.max_list_pages.max(1),
-        items.len()
-    );
-    Ok((items, Some(cut)))
-}
-
 /// Connects (or reconnects) one server under its connect timeout and lists what it
 /// declares. The outcome is the slot's status.
 async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<ContentCache>) {
@@ -441,105 +379,6 @@ async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<ContentCache>
     slot.lists.mark_refreshed(seen);
     slot.write().status = Some(ServerStatus::Connected);
     tracing::info!(server = %name, "MCP server connected");
-}
-
-/// Which lists to fetch.
-#[derive(Debug, Clone, Copy, Default)]
-struct Which {
-    tools: bool,
-    /// Resources and resource templates (one `list_changed` covers both).
-    resources: bool,
-    prompts: bool,
-}
-
-impl Which {
-    const ALL: Self = Self {
-        tools: true,
-        resources: true,
-        prompts: true,
-    };
-}
-
-/// Lists what `which` asks for (only the kinds the server declares) and stores it; a
-/// failed or cut listing becomes a warning and leaves the previous list in place.
-async fn refresh_lists(slot: &Slot, options: &HostOptions, which: Which) {
-    let Some(peer) = slot.peer() else { return };
-    let caps = slot.read().capabilities;
-    let mut warnings = Vec::new();
-    // One paged listing, converted; a failure or a cut becomes a warning.
-    macro_rules! fetch {
-        ($method:literal, $call:ident, $field:ident, $conv:path) => {{
-            let p = peer.clone();
-            let listed = list_paged(slot, $method, options, move |params| {
-                let p = p.clone();
-                async move { p.$call(params).await.map(|r| (r.$field, r.next_cursor)) }
-            })
-            .await;
-            note_listing(&mut warnings, listed)
-                .map(|v| v.into_iter().map($conv).collect::<Arc<[_]>>())
-        }};
-    }
-    let tools = if which.tools && caps.tools {
-        fetch!("tools/list", list_tools, tools, convert::tool)
-    } else {
-        None
-    };
-    let (resources, templates) = if which.resources && caps.resources {
-        (
-            fetch!(
-                "resources/list",
-                list_resources,
-                resources,
-                convert::resource
-            ),
-            fetch!(
-                "resources/templates/list",
-                list_resource_templates,
-                resource_templates,
-                convert::resource_template
-            ),
-        )
-    } else {
-        (None, None)
-    };
-    let prompts = if which.prompts && caps.prompts {
-        fetch!("prompts/list", list_prompts, prompts, convert::prompt)
-    } else {
-        None
-    };
-    for w in &warnings {
-        tracing::warn!(server = %slot.config.name, warning = %w, "MCP listing problem");
-    }
-    let mut st = slot.write();
-    if which.tools {
-        st.tools = tools.or_else(|| st.tools.take());
-    }
-    if which.resources {
-        st.resources = resources.or_else(|| st.resources.take());
-        st.templates = templates.or_else(|| st.templates.take());
-    }
-    if which.prompts {
-        st.prompts = prompts.or_else(|| st.prompts.take());
-    }
-    st.warnings = warnings;
-}
-
-/// Keeps a listing's items, moving a cut or a failure into `warnings` (a server whose
-/// list fails stays connected; the list is then empty).
-fn note_listing<T>(
-    warnings: &mut Vec<String>,
-    r: Result<(Vec<T>, Option<String>), SourceError>,
-) -> Option<Vec<T>> {
-    match r {
-        Ok((items, cut)) => {
-            warnings.extend(cut);
-            Some(items)
-        }
-        Err(e) => {
-            warnings.push(e.to_string());
-            None
-        }
-    }
 }
 
 async fn establish(
