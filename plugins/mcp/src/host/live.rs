@@ -14,9 +14,10 @@ use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::HostOptions;
+use super::connect::connect;
 use super::lists::{Which, refresh_lists};
 use super::slot::{Signal, Slot};
-use super::{HostOptions, connect};
 use crate::cache::ContentCache;
 use hostpipe_core::ServerStatus;
 

@@ -2,6 +2,7 @@
 //! lists prefetched, every request under a timeout, a content cache, subscriptions, and
 //! reconnection of lost servers ([`live`]).
 
+mod connect;
 mod lists;
 mod live;
 mod observed;
@@ -9,10 +10,8 @@ mod options;
 mod slot;
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use hostpipe_core::{
@@ -20,26 +19,17 @@ use hostpipe_core::{
     ResourceTemplate, ServerInfo, ServerStatus, SourceError, Tool, ToolCallResult,
 };
 use rmcp::model::{
-    ArgumentInfo, CallToolRequestParams, ClientCapabilities, ClientConfig, CompleteRequestParams,
-    CompletionContext, GetPromptRequestParams, Implementation, ProtocolVersion,
-    ReadResourceRequestParams, Reference,
+    ArgumentInfo, CallToolRequestParams, CompleteRequestParams, CompletionContext,
+    GetPromptRequestParams, ReadResourceRequestParams, Reference,
 };
-use rmcp::service::ClientCacheConfig;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::async_rw::AsyncRwTransport;
-use rmcp::transport::common::client_side_sse::ExponentialBackoff;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{Peer, RoleClient, ServiceExt};
-use tokio::io::AsyncBufReadExt;
+use rmcp::{Peer, RoleClient};
 
 use crate::cache::{ContentCache, Fetched};
-use crate::config::{ServerConfig, TransportConfig};
+use crate::config::ServerConfig;
 use crate::convert;
-use crate::stdio::LineLimited;
-use lists::{Which, refresh_lists};
-use observed::Observed;
+use connect::connect;
 pub use options::HostOptions;
-use slot::{Session, Signal, Signals, Slot, State, subscribe_once, timed};
+use slot::{Signal, Signals, Slot, State, subscribe_once, timed};
 
 /// The MCP host. Create it with [`McpHost::new`], then [`McpHost::connect_all`]; it
 /// implements [`McpSource`] for the stages. Server names are unique; servers are kept
@@ -312,195 +302,6 @@ impl McpHost {
             });
         }
         Ok(pick(&slot.read()).unwrap_or_else(empty))
-    }
-}
-
-/// Connects (or reconnects) one server under its connect timeout and lists what it
-/// declares. The outcome is the slot's status.
-async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<ContentCache>) {
-    let name = slot.config.name.clone();
-    let connect_timeout = slot
-        .config
-        .connect_timeout
-        .unwrap_or(options.connect_timeout);
-    let establishing = establish(&slot, &options, cache);
-    let result = match tokio::time::timeout(connect_timeout, establishing).await {
-        Ok(r) => r,
-        Err(_) => Err(format!(
-            "no answer to `initialize` within {} ms",
-            connect_timeout.as_millis()
-        )),
-    };
-    let session = match result {
-        Ok(session) => session,
-        Err(reason) => {
-            tracing::info!(server = %name, %reason, stderr = ?slot.stderr_tail(), "MCP server failed to connect");
-            slot.stop_child().await;
-            slot.write().status = Some(ServerStatus::Failed { reason });
-            return;
-        }
-    };
-    let peer = session.peer().clone();
-    // rmcp's client response cache (SEP-2549) is on by default and may answer a read
-    // from cache, or serve a stale copy when a refetch fails. Reads here must be
-    // authoritative, and hostpipe's own content cache knows about `resources/updated`,
-    // reconnects and per-turn provenance, so rmcp's is switched off.
-    peer.set_response_cache_config(ClientCacheConfig::disabled())
-        .await;
-    let info = session.peer_info();
-    let caps = info
-        .as_ref()
-        .map(|i| convert::capabilities(&i.capabilities))
-        .unwrap_or_default();
-    {
-        let mut st = slot.write();
-        st.capabilities = caps;
-        st.peer = Some(peer);
-        if let Some(i) = &info {
-            st.protocol_version = Some(i.protocol_version.to_string());
-            st.implementation = i
-                .server_info
-                .as_ref()
-                .map(|s| (s.name.clone(), s.version.clone()));
-            st.instructions.clone_from(&i.instructions);
-        }
-    }
-    slot.set_session(session).await;
-    // `shutdown` ran while this connect was in flight: it must not come back to life.
-    if slot.closing.load(Ordering::Relaxed) {
-        slot.drop_session().await;
-        slot.set_status(ServerStatus::Failed {
-            reason: "the host shut down".into(),
-        });
-        return;
-    }
-    let seen = slot.lists.seen.load(Ordering::SeqCst);
-    refresh_lists(&slot, &options, Which::ALL).await;
-    slot.lists.mark_refreshed(seen);
-    slot.write().status = Some(ServerStatus::Connected);
-    tracing::info!(server = %name, "MCP server connected");
-}
-
-async fn establish(
-    slot: &Arc<Slot>,
-    options: &HostOptions,
-    cache: Arc<ContentCache>,
-) -> Result<Session, String> {
-    let client = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new(options.client_name.clone(), options.client_version.clone()),
-    )
-    // rmcp 3.11 puts 2026-07-28 (no `initialize`) into `initialize` by default; pin the
-    // newest version that has the handshake, which every current server speaks.
-    .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
-    let conn = slot.conn.fetch_add(1, Ordering::SeqCst) + 1;
-    let handshake = |e: rmcp::service::ClientInitializeError| {
-        format!("`initialize` failed: {}", convert::describe_init(&e))
-    };
-    match &slot.config.transport {
-        TransportConfig::Stdio {
-            command,
-            args,
-            env,
-            inherit_env,
-            cwd,
-        } => {
-            let mut cmd = tokio::process::Command::new(command);
-            // hostpipe's environment holds secrets (model API keys, its API tokens, the
-            // store URL with its password): a server gets the few variables the official
-            // SDKs pass, those its config names, and its own `env`; nothing else.
-            cmd.env_clear();
-            for name in crate::config::INHERITED_ENV
-                .iter()
-                .copied()
-                .chain(inherit_env.iter().map(String::as_str))
-            {
-                if let Some(value) = std::env::var_os(name) {
-                    cmd.env(name, value);
-                }
-            }
-            cmd.args(args)
-                .envs(env)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true);
-            if let Some(cwd) = cwd {
-                cmd.current_dir(cwd);
-            }
-            // Its own process group, so `npx`/`uvx` wrappers and their children go away
-            // together on shutdown.
-            #[cfg(unix)]
-            cmd.process_group(0);
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| format!("cannot start `{command}`: {e}"))?;
-            slot.set_process_group(child.id());
-            if let Some(stderr) = child.stderr.take() {
-                tokio::spawn(drain_stderr(Arc::clone(slot), stderr));
-            }
-            let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-                return Err(format!("`{command}`: no stdio pipes"));
-            };
-            slot.set_child(child);
-            let limit = options.max_message_bytes;
-            let reader = LineLimited::new(stdout, limit, &slot.config.name);
-            // `LineLimited` enforces the limit (and fails the request); rmcp's own cap
-            // would drop the line silently, so it is set out of the way.
-            let transport =
-                AsyncRwTransport::new_client(reader, stdin).with_max_line_length(usize::MAX);
-            client
-                .serve(Observed {
-                    inner: transport,
-                    slot: Arc::clone(slot),
-                    cache,
-                    conn,
-                })
-                .await
-                .map_err(handshake)
-        }
-        TransportConfig::StreamableHttp { url, headers } => {
-            let mut map = HashMap::new();
-            for (k, v) in headers {
-                let name = http::HeaderName::from_bytes(k.as_bytes())
-                    .map_err(|e| format!("header `{k}`: {e}"))?;
-                let value =
-                    http::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
-                map.insert(name, value);
-            }
-            let mut backoff = ExponentialBackoff::default();
-            // rmcp's default retries the SSE stream forever with unbounded delays.
-            backoff.max_times = Some(5);
-            backoff.max_delay = Some(Duration::from_secs(10));
-            let mut config =
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
-            config.retry_config = Arc::new(backoff);
-            config.max_json_response_size = options.max_message_bytes;
-            config.max_sse_event_size = options.max_message_bytes;
-            // rmcp would re-initialize a session the server no longer knows without
-            // telling its handler, and the server-side subscriptions would be lost
-            // silently. hostpipe reconnects itself instead (`live::reconnect`), which
-            // drops the cache and subscribes again.
-            config.reinit_on_expired_session = false;
-            let transport = StreamableHttpClientTransport::from_config(config);
-            client
-                .serve(Observed {
-                    inner: transport,
-                    slot: Arc::clone(slot),
-                    cache,
-                    conn,
-                })
-                .await
-                .map_err(handshake)
-        }
-    }
-}
-
-async fn drain_stderr(slot: Arc<Slot>, stderr: tokio::process::ChildStderr) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(target: "hostpipe_mcp::server_stderr", server = %slot.config.name, "{line}");
-        slot.push_stderr(line);
     }
 }
 

@@ -169,6 +169,11 @@ impl Slot {
         })
     }
 
+    /// Starts a new connection: its number (the first is 1).
+    pub(super) fn new_connection(&self) -> u64 {
+        self.conn.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
     pub(super) fn set_status(&self, status: ServerStatus) {
         self.write().status = Some(status);
     }
