@@ -9,7 +9,7 @@ use hostpipe_core::SourceError;
 use rmcp::ServiceError;
 use rmcp::model::PaginatedRequestParams;
 
-use super::HostOptions;
+use super::options::HostOptions;
 use super::slot::{Slot, timed};
 use crate::convert;
 

@@ -14,9 +14,9 @@ use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::HostOptions;
 use super::connect::connect;
 use super::lists::{Which, refresh_lists};
+use super::options::HostOptions;
 use super::slot::{Signal, Slot};
 use crate::cache::ContentCache;
 use hostpipe_core::ServerStatus;

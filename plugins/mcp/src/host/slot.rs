@@ -18,7 +18,7 @@ use rmcp::service::RunningService;
 use rmcp::{Peer, RoleClient, ServiceError};
 use tokio::sync::{mpsc, watch};
 
-use super::HostOptions;
+use super::options::HostOptions;
 use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 

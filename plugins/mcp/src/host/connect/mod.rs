@@ -15,9 +15,9 @@ use rmcp::service::ClientCacheConfig;
 use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{RoleClient, ServiceExt};
 
-use super::HostOptions;
 use super::lists::{Which, refresh_lists};
 use super::observed::Observed;
+use super::options::HostOptions;
 use super::slot::{Session, Slot};
 use crate::cache::ContentCache;
 use crate::config::TransportConfig;
