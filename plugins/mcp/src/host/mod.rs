@@ -2,6 +2,7 @@
 //! lists prefetched, every request under a timeout, a content cache, subscriptions, and
 //! reconnection of lost servers ([`live`]).
 
+mod capability;
 mod connect;
 mod lists;
 mod live;
@@ -27,6 +28,7 @@ use rmcp::{Peer, RoleClient};
 use crate::cache::{ContentCache, Fetched};
 use crate::config::ServerConfig;
 use crate::convert;
+use capability::Capability;
 use connect::connect;
 pub use options::HostOptions;
 use slot::{Signal, Signals, Slot, State, subscribe_once, timed};
@@ -246,11 +248,11 @@ impl McpHost {
             })
     }
 
-    /// The peer of a connected server, checking the capability the method needs.
+    /// The peer of a connected server that declares the capability the method needs.
     fn peer(
         &self,
         server: &str,
-        capability: Option<&'static str>,
+        capability: Capability,
     ) -> Result<(Arc<Slot>, Peer<RoleClient>), SourceError> {
         let slot = self.slot(server)?;
         let status = slot.status();
@@ -261,20 +263,11 @@ impl McpHost {
             });
         }
         let st = slot.read();
-        if let Some(cap) = capability {
-            let declared = match cap {
-                "resources" => st.capabilities.resources,
-                "tools" => st.capabilities.tools,
-                "prompts" => st.capabilities.prompts,
-                "completions" => st.capabilities.completions,
-                _ => true,
-            };
-            if !declared {
-                return Err(SourceError::NotSupported {
-                    server: server.to_owned(),
-                    capability: cap,
-                });
-            }
+        if !capability.is_declared_in(&st.capabilities) {
+            return Err(SourceError::NotSupported {
+                server: server.to_owned(),
+                capability: capability.name(),
+            });
         }
         let peer = st.peer.clone().ok_or_else(|| SourceError::Unavailable {
             server: server.to_owned(),
@@ -357,7 +350,7 @@ impl McpSource for McpHost {
     }
 
     async fn read_resource(&self, server: &str, uri: &str) -> Result<ResourceRead, SourceError> {
-        let (slot, peer) = self.peer(server, Some("resources"))?;
+        let (slot, peer) = self.peer(server, Capability::Resources)?;
         let _reading = slot.begin_read(uri);
         let timeout = slot.request_timeout(&self.options);
         // A subscription only serves to drop a cached copy: none without a cache.
@@ -394,7 +387,7 @@ impl McpSource for McpHost {
         name: &str,
         arguments: &BTreeMap<String, String>,
     ) -> Result<PromptResult, SourceError> {
-        let (slot, peer) = self.peer(server, Some("prompts"))?;
+        let (slot, peer) = self.peer(server, Capability::Prompts)?;
         let timeout = slot.request_timeout(&self.options);
         let args: serde_json::Map<String, serde_json::Value> = arguments
             .iter()
@@ -413,7 +406,7 @@ impl McpSource for McpHost {
         value: &str,
         context: &BTreeMap<String, String>,
     ) -> Result<Completion, SourceError> {
-        let (slot, peer) = self.peer(server, Some("completions"))?;
+        let (slot, peer) = self.peer(server, Capability::Completions)?;
         let timeout = slot.request_timeout(&self.options);
         let reference = match reference {
             CompletionRef::Prompt { name } => Reference::for_prompt(name.clone()),
@@ -444,7 +437,7 @@ impl McpSource for McpHost {
         tool: &str,
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<ToolCallResult, SourceError> {
-        let (slot, peer) = self.peer(server, Some("tools"))?;
+        let (slot, peer) = self.peer(server, Capability::Tools)?;
         let timeout = slot.request_timeout(&self.options);
         let mut params = CallToolRequestParams::new(tool.to_owned());
         if let Some(arguments) = arguments {
