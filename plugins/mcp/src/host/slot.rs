@@ -500,3 +500,100 @@ pub(super) async fn subscribe_once(
         slot.subs().subscribed.remove(uri);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot() -> Slot {
+        Slot::new(ServerConfig::stdio("s", "unused", Vec::<String>::new()))
+    }
+
+    #[test]
+    fn lists_are_stale_from_a_notification_until_a_refresh_covers_it() {
+        let lists = ListVersions::default();
+        assert!(!lists.is_stale());
+        lists.seen.fetch_add(1, Ordering::SeqCst);
+        assert!(lists.is_stale());
+        // A refresh that started before a second notification covers only the first.
+        let covered = lists.seen.load(Ordering::SeqCst);
+        lists.seen.fetch_add(1, Ordering::SeqCst);
+        lists.mark_refreshed(covered);
+        assert!(lists.is_stale());
+        lists.mark_refreshed(lists.seen.load(Ordering::SeqCst));
+        assert!(!lists.is_stale());
+        // Never backwards.
+        lists.mark_refreshed(0);
+        assert_eq!(*lists.refreshed.borrow(), 2);
+    }
+
+    #[test]
+    fn forgiving_covers_every_notification_seen() {
+        let lists = ListVersions::default();
+        lists.seen.fetch_add(3, Ordering::SeqCst);
+        assert!(lists.is_stale());
+        lists.forgive();
+        assert!(!lists.is_stale());
+    }
+
+    #[test]
+    fn a_subscription_stays_while_a_read_or_a_cached_copy_needs_it() {
+        let slot = slot();
+        slot.subs().subscribed.insert("u".into());
+        {
+            let _reading = slot.begin_read("u");
+            let _again = slot.begin_read("u");
+            assert!(!slot.release_subscription("u", || false));
+        }
+        assert!(slot.subs().readers.is_empty());
+        assert!(!slot.release_subscription("u", || true));
+        assert!(slot.is_subscribed("u"));
+        assert!(slot.release_subscription("u", || false));
+        assert!(!slot.is_subscribed("u"));
+        // Not subscribed: nothing to send.
+        assert!(!slot.release_subscription("u", || false));
+    }
+
+    #[test]
+    fn the_stderr_tail_keeps_the_last_lines() {
+        let slot = slot();
+        for i in 0..STDERR_TAIL_LINES + 2 {
+            slot.push_stderr(format!("line {i}"));
+        }
+        let tail = slot.stderr_tail();
+        assert_eq!(tail.len(), STDERR_TAIL_LINES);
+        assert_eq!(tail.first().map(String::as_str), Some("line 2"));
+        assert_eq!(
+            tail.last().cloned(),
+            Some(format!("line {}", STDERR_TAIL_LINES + 1))
+        );
+    }
+
+    #[test]
+    fn status_before_any_connect_follows_the_config() {
+        assert!(matches!(slot().status(), ServerStatus::Connecting));
+        let mut config = ServerConfig::stdio("s", "unused", Vec::<String>::new());
+        config.disabled = true;
+        assert!(matches!(Slot::new(config).status(), ServerStatus::Disabled));
+    }
+
+    #[test]
+    fn connections_are_numbered_from_one() {
+        let slot = slot();
+        assert_eq!(slot.new_connection(), 1);
+        assert_eq!(slot.new_connection(), 2);
+        assert_eq!(slot.conn.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn the_request_timeout_is_the_servers_own_if_set() {
+        let options = HostOptions::default();
+        assert_eq!(slot().request_timeout(&options), options.request_timeout);
+        let mut config = ServerConfig::stdio("s", "unused", Vec::<String>::new());
+        config.request_timeout = Some(Duration::from_millis(7));
+        assert_eq!(
+            Slot::new(config).request_timeout(&options),
+            Duration::from_millis(7)
+        );
+    }
+}
