@@ -9,6 +9,8 @@ mod live;
 mod observed;
 mod options;
 mod slot;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
