@@ -1,6 +1,18 @@
 //! The MCP host: one session per configured server, connected concurrently, with the
 //! lists prefetched, every request under a timeout, a content cache, subscriptions, and
-//! reconnection of lost servers ([`live`]).
+//! reconnection of lost servers.
+//!
+//! This module is the façade: [`McpHost`] and its [`McpSource`] implementation. Its
+//! parts each do one job, and none of them uses the façade:
+//! - [`options`]: [`HostOptions`], the host-wide limits;
+//! - [`slot`]: one server's state (status, lists, session, stdio child and its process
+//!   group, subscriptions), and [`slot::timed`], which every request goes through;
+//! - [`capability`]: the capabilities a request needs, checked before it is sent;
+//! - [`lists`]: paging through and refreshing a server's lists;
+//! - [`observed`]: the transport wrapper that sees notifications in arrival order;
+//! - [`connect`](mod@connect): the stdio or streamable HTTP transport, `initialize`,
+//!   and adopting the session;
+//! - [`live`]: each server's event loop (list refreshes, unsubscribes, reconnects).
 
 mod capability;
 mod connect;

@@ -24,6 +24,28 @@ use crate::convert;
 
 pub(super) type Session = RunningService<RoleClient, ClientConfig>;
 
+/// What a server's event loop is told, in order.
+#[derive(Debug)]
+pub(super) enum Signal {
+    /// `notifications/resources/updated`, already applied to the cache; `was_cached`
+    /// says whether a copy was dropped.
+    Updated { uri: String, was_cached: bool },
+    /// `notifications/resources/list_changed` (covers templates too).
+    ResourcesChanged,
+    /// `notifications/tools/list_changed`.
+    ToolsChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptsChanged,
+    /// The transport ended (stdio EOF, HTTP worker gone).
+    Closed,
+    /// A request failed at the transport: check the connection.
+    Suspect(String),
+    /// The content cache let go of a URI (expired or evicted).
+    Evicted(String),
+}
+
+pub(super) type Signals = mpsc::UnboundedSender<(u64, Signal)>;
+
 /// What the host knows of a server: set by the connect and the list refreshes.
 #[derive(Default)]
 pub(super) struct State {
@@ -430,28 +452,6 @@ impl Slot {
         uris
     }
 }
-
-/// What a server's event loop is told, in order.
-#[derive(Debug)]
-pub(super) enum Signal {
-    /// `notifications/resources/updated`, already applied to the cache; `was_cached`
-    /// says whether a copy was dropped.
-    Updated { uri: String, was_cached: bool },
-    /// `notifications/resources/list_changed` (covers templates too).
-    ResourcesChanged,
-    /// `notifications/tools/list_changed`.
-    ToolsChanged,
-    /// `notifications/prompts/list_changed`.
-    PromptsChanged,
-    /// The transport ended (stdio EOF, HTTP worker gone).
-    Closed,
-    /// A request failed at the transport: check the connection.
-    Suspect(String),
-    /// The content cache let go of a URI (expired or evicted).
-    Evicted(String),
-}
-
-pub(super) type Signals = mpsc::UnboundedSender<(u64, Signal)>;
 
 /// Sends one request (`fut`) to the server under `timeout`, counting it. A transport
 /// failure also tells the event loop to check the connection.
