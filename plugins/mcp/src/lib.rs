@@ -27,7 +27,6 @@ mod cache;
 pub mod config;
 mod convert;
 mod host;
-mod live;
 mod stdio;
 
 pub use config::{RawServerEntry, ServerConfig, TransportConfig, parse_mcp_servers_json};

@@ -1,119 +1,28 @@
-//! Keeping a server's state live: notifications in arrival order, debounced list
-//! refreshes, cache invalidation, unsubscribing, and reconnecting a lost server.
+//! Keeping a server's state live: its event loop ([`run`]) does, in order and one
+//! server at a time, what the notifications [`Observed`] reported call for (refreshing
+//! lists after a debounce, unsubscribing, reconnecting a lost server), pings a
+//! streamable HTTP server now and then, and sweeps the content cache when idle. Signals
+//! of an older connection are ignored.
 //!
-//! rmcp hands each notification to the client handler on its own task, so the handler
-//! sees them out of order (see `docs/mcp-notes.md`). hostpipe does not use the handler:
-//! [`Observed`] wraps the transport and sees every message in `receive`, which rmcp
-//! calls sequentially. What must hold before rmcp hands on the next message is done
-//! right there: `resources/updated` makes the cached copy unreachable, and
-//! `list_changed` marks the lists stale, so a read or list call that follows can never
-//! get the old answer. The rest (refreshing lists, unsubscribing, reconnecting: network
-//! calls) goes into one channel per server, tagged with the connection it came from,
-//! and [`run`] does it in order, one server at a time, ignoring older connections.
+//! [`Observed`]: super::observed::Observed
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use rmcp::RoleClient;
-use rmcp::model::{JsonRpcMessage, ServerNotification};
 use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
-use rmcp::service::RxJsonRpcMessage;
-use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::connect::connect;
+use super::lists::{Which, refresh_lists};
+use super::options::HostOptions;
+use super::slot::{Signal, Slot};
 use crate::cache::ContentCache;
-use crate::host::{HostOptions, Slot, Which, connect, refresh_lists};
 use hostpipe_core::ServerStatus;
 
-/// What a server's event loop is told, in order.
-#[derive(Debug)]
-pub(crate) enum Signal {
-    /// `notifications/resources/updated`, already applied to the cache; `was_cached`
-    /// says whether a copy was dropped.
-    Updated { uri: String, was_cached: bool },
-    /// `notifications/resources/list_changed` (covers templates too).
-    ResourcesChanged,
-    /// `notifications/tools/list_changed`.
-    ToolsChanged,
-    /// `notifications/prompts/list_changed`.
-    PromptsChanged,
-    /// The transport ended (stdio EOF, HTTP worker gone).
-    Closed,
-    /// A request failed at the transport: check the connection.
-    Suspect(String),
-    /// The content cache let go of a URI (expired or evicted).
-    Evicted(String),
-}
-
-pub(crate) type Signals = mpsc::UnboundedSender<(u64, Signal)>;
-
-/// A transport that reports notifications and its own end to the server's event loop.
-pub(crate) struct Observed<T> {
-    pub(crate) inner: T,
-    pub(crate) slot: Arc<Slot>,
-    pub(crate) cache: Arc<ContentCache>,
-    pub(crate) conn: u64,
-}
-
-impl<T: Transport<RoleClient>> Transport<RoleClient> for Observed<T> {
-    type Error = T::Error;
-
-    fn send(
-        &mut self,
-        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.inner.send(item)
-    }
-
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await;
-        let signal = match &message {
-            None => Some(Signal::Closed),
-            Some(JsonRpcMessage::Notification(n)) => match &n.notification {
-                ServerNotification::ResourceUpdatedNotification(u) => {
-                    let uri = u.params.uri.clone();
-                    let was_cached = self
-                        .cache
-                        .invalidate_uri(&self.slot.config.name, &uri)
-                        .await;
-                    self.slot.note_update();
-                    Some(Signal::Updated { uri, was_cached })
-                }
-                ServerNotification::ResourceListChangedNotification(_) => {
-                    Some(Signal::ResourcesChanged)
-                }
-                ServerNotification::ToolListChangedNotification(_) => Some(Signal::ToolsChanged),
-                ServerNotification::PromptListChangedNotification(_) => {
-                    Some(Signal::PromptsChanged)
-                }
-                _ => None,
-            },
-            Some(_) => None,
-        };
-        if matches!(
-            signal,
-            Some(Signal::ResourcesChanged | Signal::ToolsChanged | Signal::PromptsChanged)
-        ) && self.conn == self.slot.conn.load(Ordering::SeqCst)
-        {
-            self.slot.lists.seen.fetch_add(1, Ordering::SeqCst);
-        }
-        if let Some(signal) = signal {
-            // The loop is gone only when the host is: nothing to tell.
-            let _ = self.slot.signals.send((self.conn, signal));
-        }
-        message
-    }
-
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.close()
-    }
-}
-
 /// A server's event loop; returns when the host drops the channel or shuts down.
-pub(crate) async fn run(
+pub(super) async fn run(
     slot: Arc<Slot>,
     options: HostOptions,
     cache: Arc<ContentCache>,
@@ -296,7 +205,7 @@ async fn reconnect(
 
 /// How long a list call waits for a pending refresh (after `list_changed`) before it
 /// answers with the list it has.
-pub(crate) async fn wait_fresh(slot: &Slot, timeout: Duration) {
+pub(super) async fn wait_fresh(slot: &Slot, timeout: Duration) {
     let seen = slot.lists.seen.load(Ordering::SeqCst);
     let mut rx = slot.lists.refreshed.subscribe();
     let _ = tokio::time::timeout(timeout, rx.wait_for(|&r| r >= seen)).await;

@@ -1,0 +1,175 @@
+//! Connecting one server: its transport ([`stdio`] child or streamable [`http`]), the
+//! `initialize` handshake under the connect timeout, then what it declared, and its
+//! lists. The outcome is the slot's status.
+
+mod http;
+mod stdio;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use hostpipe_core::ServerStatus;
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::service::ClientCacheConfig;
+use rmcp::transport::{StreamableHttpClientTransport, Transport};
+use rmcp::{RoleClient, ServiceExt};
+
+use super::lists::{Which, refresh_lists};
+use super::observed::Observed;
+use super::options::HostOptions;
+use super::slot::{Session, Slot};
+use crate::cache::ContentCache;
+use crate::config::TransportConfig;
+use crate::convert;
+
+/// Connects (or reconnects) one server under its connect timeout and lists what it
+/// declares. The outcome is the slot's status.
+pub(super) async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<ContentCache>) {
+    let connect_timeout = slot
+        .config
+        .connect_timeout
+        .unwrap_or(options.connect_timeout);
+    let established = within(connect_timeout, establish(&slot, &options, cache)).await;
+    finish(&slot, &options, established).await;
+}
+
+/// The handshake under the connect timeout.
+pub(super) async fn within(
+    connect_timeout: Duration,
+    establishing: impl Future<Output = Result<Session, String>>,
+) -> Result<Session, String> {
+    match tokio::time::timeout(connect_timeout, establishing).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "no answer to `initialize` within {} ms",
+            connect_timeout.as_millis()
+        )),
+    }
+}
+
+/// Starts the server's transport (a new connection number) and does the handshake.
+async fn establish(
+    slot: &Arc<Slot>,
+    options: &HostOptions,
+    cache: Arc<ContentCache>,
+) -> Result<Session, String> {
+    let client = client_config(options);
+    let conn = slot.new_connection();
+    match &slot.config.transport {
+        TransportConfig::Stdio {
+            command,
+            args,
+            env,
+            inherit_env,
+            cwd,
+        } => {
+            let cmd = stdio::command(command, args, env, inherit_env, cwd.as_deref());
+            let transport = stdio::spawn(slot, cmd, command, options.max_message_bytes)?;
+            serve(client, transport, slot, cache, conn).await
+        }
+        TransportConfig::StreamableHttp { url, headers } => {
+            let config = http::config(url, headers, options.max_message_bytes)?;
+            let transport = StreamableHttpClientTransport::from_config(config);
+            serve(client, transport, slot, cache, conn).await
+        }
+    }
+}
+
+/// What hostpipe says about itself in `initialize`.
+pub(super) fn client_config(options: &HostOptions) -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new(options.client_name.clone(), options.client_version.clone()),
+    )
+    // rmcp 3.11 puts 2026-07-28 (no `initialize`) into `initialize` by default; pin the
+    // newest version that has the handshake, which every current server speaks.
+    .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+/// The `initialize` handshake over `transport`, watched by [`Observed`] as connection
+/// `conn`.
+pub(super) async fn serve<T>(
+    client: ClientConfig,
+    transport: T,
+    slot: &Arc<Slot>,
+    cache: Arc<ContentCache>,
+    conn: u64,
+) -> Result<Session, String>
+where
+    T: Transport<RoleClient> + Send + 'static,
+    T::Error: std::error::Error + Send + Sync + 'static,
+{
+    client
+        .serve(Observed {
+            inner: transport,
+            slot: Arc::clone(slot),
+            cache,
+            conn,
+        })
+        .await
+        .map_err(|e| format!("`initialize` failed: {}", convert::describe_init(&e)))
+}
+
+/// After the handshake: a failure stops the child and is the status; a session is
+/// adopted, and once its lists are in, the server is connected.
+pub(super) async fn finish(
+    slot: &Slot,
+    options: &HostOptions,
+    established: Result<Session, String>,
+) {
+    let name = &slot.config.name;
+    let session = match established {
+        Ok(session) => session,
+        Err(reason) => {
+            tracing::info!(server = %name, %reason, stderr = ?slot.stderr_tail(), "MCP server failed to connect");
+            slot.stop_child().await;
+            slot.write().status = Some(ServerStatus::Failed { reason });
+            return;
+        }
+    };
+    adopt(slot, session).await;
+    // `shutdown` ran while this connect was in flight: it must not come back to life.
+    if slot.closing.load(Ordering::Relaxed) {
+        slot.drop_session().await;
+        slot.set_status(ServerStatus::Failed {
+            reason: "the host shut down".into(),
+        });
+        return;
+    }
+    let seen = slot.lists.seen.load(Ordering::SeqCst);
+    refresh_lists(slot, options, Which::ALL).await;
+    slot.lists.mark_refreshed(seen);
+    slot.write().status = Some(ServerStatus::Connected);
+    tracing::info!(server = %name, "MCP server connected");
+}
+
+/// Keeps the session and what the server said about itself in `initialize`.
+async fn adopt(slot: &Slot, session: Session) {
+    let peer = session.peer().clone();
+    // rmcp's client response cache (SEP-2549) is on by default and may answer a read
+    // from cache, or serve a stale copy when a refetch fails. Reads here must be
+    // authoritative, and hostpipe's own content cache knows about `resources/updated`,
+    // reconnects and per-turn provenance, so rmcp's is switched off.
+    peer.set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    let info = session.peer_info();
+    let caps = info
+        .as_ref()
+        .map(|i| convert::capabilities(&i.capabilities))
+        .unwrap_or_default();
+    {
+        let mut st = slot.write();
+        st.capabilities = caps;
+        st.peer = Some(peer);
+        if let Some(i) = &info {
+            st.protocol_version = Some(i.protocol_version.to_string());
+            st.implementation = i
+                .server_info
+                .as_ref()
+                .map(|s| (s.name.clone(), s.version.clone()));
+            st.instructions.clone_from(&i.instructions);
+        }
+    }
+    slot.set_session(session).await;
+}

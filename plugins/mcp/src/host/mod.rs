@@ -1,0 +1,463 @@
+//! The MCP host: one session per configured server, connected concurrently, with the
+//! lists prefetched, every request under a timeout, a content cache, subscriptions, and
+//! reconnection of lost servers.
+//!
+//! This module is the façade: [`McpHost`] and its [`McpSource`] implementation. Its
+//! parts each do one job, and none of them uses the façade:
+//! - [`options`]: [`HostOptions`], the host-wide limits;
+//! - [`slot`]: one server's state (status, lists, session, stdio child and its process
+//!   group, subscriptions), and [`slot::timed`], which every request goes through;
+//! - [`capability`]: the capabilities a request needs, checked before it is sent;
+//! - [`lists`]: paging through and refreshing a server's lists;
+//! - [`observed`]: the transport wrapper that sees notifications in arrival order;
+//! - [`connect`](mod@connect): the stdio or streamable HTTP transport, `initialize`,
+//!   and adopting the session;
+//! - [`live`]: each server's event loop (list refreshes, unsubscribes, reconnects).
+
+mod capability;
+mod connect;
+mod lists;
+mod live;
+mod observed;
+mod options;
+mod slot;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use hostpipe_core::{
+    Completion, CompletionRef, ListCounts, McpSource, Prompt, PromptResult, Resource, ResourceRead,
+    ResourceTemplate, ServerInfo, ServerStatus, SourceError, Tool, ToolCallResult,
+};
+use rmcp::model::{
+    ArgumentInfo, CallToolRequestParams, CompleteRequestParams, CompletionContext,
+    GetPromptRequestParams, ReadResourceRequestParams, Reference,
+};
+use rmcp::{Peer, RoleClient};
+
+use crate::cache::{ContentCache, Fetched};
+use crate::config::ServerConfig;
+use crate::convert;
+use capability::Capability;
+use connect::connect;
+pub use options::HostOptions;
+use slot::{Signal, Signals, Slot, State, subscribe_once, timed};
+
+/// The MCP host. Create it with [`McpHost::new`], then [`McpHost::connect_all`]; it
+/// implements [`McpSource`] for the stages. Server names are unique; servers are kept
+/// sorted by name.
+///
+/// Once connected, each server has an event loop (a tokio task) that applies its
+/// notifications in arrival order: `resources/updated` drops the cached copy,
+/// `*/list_changed` lists again (debounced), and a lost connection is reconnected with
+/// backoff ([`HostOptions::reconnect_delay`]). Reads go through a content cache keyed
+/// by (server, URI) ([`HostOptions::content_ttl`]); the first read of a URI subscribes
+/// to it when the server declares `resources.subscribe`, and the subscription ends when
+/// the cache lets the entry go.
+pub struct McpHost {
+    slots: BTreeMap<String, Arc<Slot>>,
+    options: HostOptions,
+    cache: Arc<ContentCache>,
+    loops: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for McpHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpHost")
+            .field("servers", &self.slots.keys().collect::<Vec<_>>())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Drop for McpHost {
+    fn drop(&mut self) {
+        for slot in self.slots.values() {
+            slot.closing.store(true, Ordering::Relaxed);
+            slot.kill_process_group();
+            // The session's transport holds the slot; dropping the session (which
+            // cancels it) breaks that cycle when `shutdown` was not called.
+            slot.try_drop_session();
+        }
+        self.abort_loops();
+    }
+}
+
+impl McpHost {
+    /// A host for `servers` (not yet connected). A later entry with the same name
+    /// replaces an earlier one.
+    pub fn new(servers: impl IntoIterator<Item = ServerConfig>, options: HostOptions) -> Self {
+        let slots: BTreeMap<String, Arc<Slot>> = servers
+            .into_iter()
+            .map(|config| (config.name.clone(), Arc::new(Slot::new(config))))
+            .collect();
+        let senders: HashMap<String, Signals> = slots
+            .iter()
+            .map(|(name, slot)| (name.clone(), slot.signals.clone()))
+            .collect();
+        // Only the senders: the cache must not hold the slots (they hold the cache).
+        // An eviction concerns whichever connection is current: tagged 0, "any".
+        let on_evict = Arc::new(move |server: &str, uri: &str| {
+            if let Some(tx) = senders.get(server) {
+                let _ = tx.send((0, Signal::Evicted(uri.into())));
+            }
+        });
+        let cache = Arc::new(ContentCache::new(
+            options.content_cache_bytes,
+            options.content_ttl,
+            on_evict,
+        ));
+        Self {
+            slots,
+            options,
+            cache,
+            loops: Mutex::default(),
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &HostOptions {
+        &self.options
+    }
+
+    /// Connects every enabled server concurrently, each under its connect timeout, and
+    /// prefetches its tools, resources, resource templates and prompts (only the kinds
+    /// it declares). Returns when every server is connected or failed. Never fails as a
+    /// whole: a server's failure is its status.
+    pub async fn connect_all(&self) {
+        self.connect_only(None).await;
+    }
+
+    /// [`McpHost::connect_all`] for the servers named in `only` (`None`: all). The
+    /// others stay unconnected (status `connecting`): a command that needs one server
+    /// does not wait for the others. Unknown names are ignored.
+    pub async fn connect_only(&self, only: Option<&[String]>) {
+        let mut set = tokio::task::JoinSet::new();
+        for slot in self.slots.values() {
+            if only.is_some_and(|names| !names.contains(&slot.config.name)) {
+                continue;
+            }
+            if slot.config.disabled {
+                slot.write().status = Some(ServerStatus::Disabled);
+                continue;
+            }
+            slot.write().status = Some(ServerStatus::Connecting);
+            let (slot, options, cache) = (
+                Arc::clone(slot),
+                self.options.clone(),
+                Arc::clone(&self.cache),
+            );
+            set.spawn(async move {
+                connect(Arc::clone(&slot), options, cache).await;
+                slot
+            });
+        }
+        // Each server's event loop starts as soon as its connect succeeds, so one that
+        // is lost while others still connect is reconnected (its `Closed` waits in the
+        // queue). A server that never connected is not retried: its config is the
+        // likelier problem, and its status says what it is.
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok(slot) => self.start_loop(&slot),
+                Err(e) => tracing::error!(error = %e, "an MCP connect task failed"),
+            }
+        }
+    }
+
+    fn start_loop(&self, slot: &Arc<Slot>) {
+        // Only for a server whose first connect succeeded (it has a session).
+        if slot.closing.load(Ordering::Relaxed) || slot.peer().is_none() {
+            return;
+        }
+        if let Some(rx) = slot.take_signals() {
+            self.loops
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(tokio::spawn(live::run(
+                    Arc::clone(slot),
+                    self.options.clone(),
+                    Arc::clone(&self.cache),
+                    rx,
+                )));
+        }
+    }
+
+    /// Stops every server's event loop (no reconnects from here on).
+    fn abort_loops(&self) {
+        for task in self
+            .loops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+
+    /// Closes every session and stops the stdio servers, all concurrently: each
+    /// session gets up to 3 s to close, then each child up to 2 s to exit on its own,
+    /// then SIGTERM to its process group and up to 1 s, then SIGKILL. Dropping the host
+    /// kills the process groups at once.
+    pub async fn shutdown(&self) {
+        self.abort_loops();
+        let mut set = tokio::task::JoinSet::new();
+        for slot in self.slots.values() {
+            slot.closing.store(true, Ordering::Relaxed);
+            let slot = Arc::clone(slot);
+            set.spawn(async move {
+                let before = slot.read().status.clone();
+                slot.drop_session().await;
+                // A disabled server, or one that failed (e.g. never connected), keeps
+                // the status that says why.
+                if !matches!(
+                    before,
+                    Some(ServerStatus::Disabled | ServerStatus::Failed { .. })
+                ) {
+                    slot.set_status(ServerStatus::Failed {
+                        reason: "the host shut down".into(),
+                    });
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+    }
+
+    /// How many `notifications/resources/updated` `server` has sent (diagnostics and
+    /// tests); `None` if not configured.
+    pub fn updates_received(&self, server: &str) -> Option<u64> {
+        self.slots.get(server).map(|s| s.updates())
+    }
+
+    /// The URIs `server` is subscribed to on its current connection, sorted.
+    pub fn subscriptions(&self, server: &str) -> Vec<String> {
+        self.slots
+            .get(server)
+            .map_or_else(Vec::new, |s| s.subscriptions())
+    }
+
+    /// How many connection attempts `server` has had: 1 after the first connect, one
+    /// more for each reconnect attempt. 0 if not configured or disabled.
+    pub fn connections(&self, server: &str) -> u64 {
+        self.slots
+            .get(server)
+            .map_or(0, |s| s.conn.load(Ordering::SeqCst))
+    }
+
+    /// How many requests of each MCP method were sent to `server` (e.g.
+    /// `resources/list` → 1). For diagnostics and tests; `None` if not configured.
+    pub fn request_counts(&self, server: &str) -> Option<BTreeMap<&'static str, u64>> {
+        self.slots.get(server).map(|s| s.request_counts())
+    }
+
+    fn slot(&self, server: &str) -> Result<&Arc<Slot>, SourceError> {
+        self.slots
+            .get(server)
+            .ok_or_else(|| SourceError::UnknownServer {
+                server: server.to_owned(),
+                known: self.slots.keys().cloned().collect(),
+            })
+    }
+
+    /// The peer of a connected server that declares the capability the method needs.
+    fn peer(
+        &self,
+        server: &str,
+        capability: Capability,
+    ) -> Result<(Arc<Slot>, Peer<RoleClient>), SourceError> {
+        let slot = self.slot(server)?;
+        let status = slot.status();
+        if !status.is_connected() {
+            return Err(SourceError::Unavailable {
+                server: server.to_owned(),
+                reason: status.describe(),
+            });
+        }
+        let st = slot.read();
+        if !capability.is_declared_in(&st.capabilities) {
+            return Err(SourceError::NotSupported {
+                server: server.to_owned(),
+                capability: capability.name(),
+            });
+        }
+        let peer = st.peer.clone().ok_or_else(|| SourceError::Unavailable {
+            server: server.to_owned(),
+            reason: "no session".into(),
+        })?;
+        Ok((Arc::clone(slot), peer))
+    }
+
+    async fn cached<T: ?Sized>(
+        &self,
+        server: &str,
+        pick: impl Fn(&State) -> Option<Arc<T>>,
+        empty: impl Fn() -> Arc<T>,
+    ) -> Result<Arc<T>, SourceError> {
+        let slot = self.slot(server)?;
+        // Not connected: answer now, not after waiting for a refresh that cannot come.
+        if slot.status().is_connected() && slot.lists.is_stale() {
+            live::wait_fresh(slot, slot.request_timeout(&self.options)).await;
+        }
+        let status = slot.status();
+        if !status.is_connected() {
+            return Err(SourceError::Unavailable {
+                server: server.to_owned(),
+                reason: status.describe(),
+            });
+        }
+        Ok(pick(&slot.read()).unwrap_or_else(empty))
+    }
+}
+
+#[async_trait]
+impl McpSource for McpHost {
+    fn servers(&self) -> Vec<ServerInfo> {
+        self.slots
+            .values()
+            .map(|slot| {
+                let status = slot.status();
+                let st = slot.read();
+                ServerInfo {
+                    name: slot.config.name.clone(),
+                    status,
+                    capabilities: st.capabilities,
+                    protocol_version: st.protocol_version.clone(),
+                    implementation: st.implementation.clone(),
+                    instructions: st.instructions.clone(),
+                    counts: ListCounts {
+                        tools: st.tools.as_ref().map_or(0, |l| l.len()),
+                        resources: st.resources.as_ref().map_or(0, |l| l.len()),
+                        resource_templates: st.templates.as_ref().map_or(0, |l| l.len()),
+                        prompts: st.prompts.as_ref().map_or(0, |l| l.len()),
+                    },
+                    warnings: st.warnings.clone(),
+                    stderr_tail: slot.stderr_tail(),
+                }
+            })
+            .collect()
+    }
+
+    async fn list_resources(&self, server: &str) -> Result<Arc<[Resource]>, SourceError> {
+        self.cached(server, |s| s.resources.clone(), || Arc::from([]))
+            .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        server: &str,
+    ) -> Result<Arc<[ResourceTemplate]>, SourceError> {
+        self.cached(server, |s| s.templates.clone(), || Arc::from([]))
+            .await
+    }
+
+    async fn list_tools(&self, server: &str) -> Result<Arc<[Tool]>, SourceError> {
+        self.cached(server, |s| s.tools.clone(), || Arc::from([]))
+            .await
+    }
+
+    async fn list_prompts(&self, server: &str) -> Result<Arc<[Prompt]>, SourceError> {
+        self.cached(server, |s| s.prompts.clone(), || Arc::from([]))
+            .await
+    }
+
+    async fn read_resource(&self, server: &str, uri: &str) -> Result<ResourceRead, SourceError> {
+        let (slot, peer) = self.peer(server, Capability::Resources)?;
+        let _reading = slot.begin_read(uri);
+        let timeout = slot.request_timeout(&self.options);
+        // A subscription only serves to drop a cached copy: none without a cache.
+        let subscribe = slot.read().capabilities.resources_subscribe && self.cache.is_enabled();
+        self.cache
+            .get_or_fetch(server, uri, || async {
+                // Subscribe before reading, so a change after the read is announced.
+                if subscribe {
+                    subscribe_once(&slot, &peer, uri, timeout).await;
+                }
+                let result = timed(
+                    &slot,
+                    "resources/read",
+                    timeout,
+                    peer.read_resource(ReadResourceRequestParams::new(uri)),
+                )
+                .await?;
+                let contents = result
+                    .contents
+                    .into_iter()
+                    .map(|c| convert::contents(server, c))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Fetched {
+                    contents,
+                    ttl_ms: result.ttl_ms,
+                })
+            })
+            .await
+    }
+
+    async fn get_prompt(
+        &self,
+        server: &str,
+        name: &str,
+        arguments: &BTreeMap<String, String>,
+    ) -> Result<PromptResult, SourceError> {
+        let (slot, peer) = self.peer(server, Capability::Prompts)?;
+        let timeout = slot.request_timeout(&self.options);
+        let args: serde_json::Map<String, serde_json::Value> = arguments
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        let params = GetPromptRequestParams::new(name).with_arguments(args);
+        let result = timed(&slot, "prompts/get", timeout, peer.get_prompt(params)).await?;
+        convert::prompt_result(server, result)
+    }
+
+    async fn complete(
+        &self,
+        server: &str,
+        reference: &CompletionRef,
+        argument: &str,
+        value: &str,
+        context: &BTreeMap<String, String>,
+    ) -> Result<Completion, SourceError> {
+        let (slot, peer) = self.peer(server, Capability::Completions)?;
+        let timeout = slot.request_timeout(&self.options);
+        let reference = match reference {
+            CompletionRef::Prompt { name } => Reference::for_prompt(name.clone()),
+            CompletionRef::ResourceTemplate { uri_template } => {
+                Reference::for_resource(uri_template.clone())
+            }
+        };
+        let mut params = CompleteRequestParams::new(reference, ArgumentInfo::new(argument, value));
+        if !context.is_empty() {
+            params = params.with_context(CompletionContext::with_arguments(
+                context
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ));
+        }
+        let result = timed(&slot, "completion/complete", timeout, peer.complete(params)).await?;
+        Ok(Completion {
+            values: result.completion.values,
+            total: result.completion.total,
+            has_more: result.completion.has_more.unwrap_or(false),
+        })
+    }
+
+    async fn call_tool(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<ToolCallResult, SourceError> {
+        let (slot, peer) = self.peer(server, Capability::Tools)?;
+        let timeout = slot.request_timeout(&self.options);
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        if let Some(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let result = timed(&slot, "tools/call", timeout, peer.call_tool(params)).await?;
+        convert::tool_result(server, result)
+    }
+}
