@@ -1,10 +1,14 @@
 //! Runner layers in the style of tower's middleware: each wraps a [`Runner`] and adds one
 //! duty, so that no runner carries it inline. A [`Pipeline`](crate::Pipeline) puts every
-//! runner it ends in under all three, so that a timeout and a panic are reported too:
+//! runner it ends in under all three:
 //!
 //! ```text
-//! ReportFailure<CatchPanic<Timeout<R>>>
+//! Timeout<ReportFailure<CatchPanic<R>>>
 //! ```
+//!
+//! so that a panic is reported like any failure, while a run stopped at the deadline
+//! reports nothing more: the turn's end is the caller's to tell (`hostpipe serve` ends
+//! the stream with its `turn_timeout` error).
 //!
 //! - [`Timeout`]: the run ends with [`RunError::Timeout`] at the request's
 //!   [`RunRequest::deadline`] or after its own limit, whichever comes first;
@@ -29,10 +33,10 @@
 //!     }
 //! }
 //!
-//! let layered = ReportFailure::new(CatchPanic::new(Timeout::new(
-//!     Echo,
+//! let layered = Timeout::new(
+//!     ReportFailure::new(CatchPanic::new(Echo)),
 //!     Some(Duration::from_secs(60)),
-//! )));
+//! );
 //! # let _: &dyn Runner = &layered;
 //! ```
 

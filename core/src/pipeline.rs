@@ -510,9 +510,9 @@ impl Pipeline {
     /// instead of the pipeline's own when given: the runner is chosen per call (a
     /// service's preview turns), so no copy of the pipeline is needed for it.
     ///
-    /// Whichever runs is put under the [`layer`](crate::layer)s: `deadline` bounds it
-    /// ([`Timeout`]), a panic fails it ([`CatchPanic`]), and a failure is its last event
-    /// ([`ReportFailure`]).
+    /// Whichever runs is put under the [`layer`](crate::layer)s: a panic fails it
+    /// ([`CatchPanic`]), a failure is its last event ([`ReportFailure`]), and `deadline`
+    /// bounds it ([`Timeout`]; the turn then ends [`TurnStatus::TimedOut`]).
     pub async fn run_turn_on(
         &self,
         mut turn: Turn,
@@ -533,7 +533,7 @@ impl Pipeline {
         };
         request.deadline = deadline;
         let (name, runner) = runner.unwrap_or((&self.runner_name, self.runner.as_ref()));
-        let layered = ReportFailure::new(CatchPanic::new(Timeout::new(runner, None)));
+        let layered = Timeout::new(ReportFailure::new(CatchPanic::new(runner)), None);
         let result = collect_reply_tapped(&layered, &request, tap).await;
         // The model's own reads (read_resource) and tool calls happened during the runner.
         let (reads, calls) = (trace.reads().count(), trace.tool_calls().count());
