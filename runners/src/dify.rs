@@ -493,3 +493,7 @@ hostpipe_core::submit_runner! {
     description: "A Dify app (chat, agent, chatflow or workflow) through the Dify service API.",
     build: build,
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -19,6 +19,9 @@ pub mod preview;
 pub mod remote;
 pub mod render;
 pub mod retrieval;
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod stub;
 pub mod summarizer;
 
 pub use dify::{DifyAppType, DifyConfig, DifyRunner};
