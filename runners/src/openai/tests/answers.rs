@@ -265,3 +265,57 @@ async fn a_model_that_keeps_calling_tools_stops_at_max_rounds() {
     assert_eq!(events.len(), 5, "{events:?}");
     assert_eq!(stub.requests().len(), 2);
 }
+
+#[tokio::test]
+async fn arrays_where_objects_belong_count_as_absent() {
+    let stub = Stub::start(vec![
+        Reply::sse(&[
+            r#"{"choices": [{"delta": {"content": "a"}}], "usage": [1, 2]}"#,
+            r#"{"choices": [{"delta": [1], "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}}"#,
+            r#"{"choices": [{"delta": {"content": "b"}}], "usage": [5, 6]}"#,
+            "[DONE]",
+        ]),
+        Reply::json(&json!({
+            "choices": [{"message": {"content": "c", "tool_calls": [
+                {"id": "x", "function": ["t", "{}"]},
+            ]}, "finish_reason": "stop"}],
+            "usage": [7, 8],
+        })),
+        Reply::json(&json!({"error": ["boom"]})),
+        Reply::raw(
+            400,
+            "application/json",
+            r#"{"error": ["too long", "context_length_exceeded"]}"#,
+        ),
+    ])
+    .await;
+    let runner = runner(&stub, true);
+    let (result, events) = stub::run(&runner, &stub::request("go")).await;
+    result.unwrap();
+    assert_eq!(
+        events,
+        [
+            delta("a"),
+            delta("b"),
+            completed("ab"),
+            RunEvent::RunCompleted { usage: usage(3, 0) },
+        ]
+    );
+    let (result, events) = stub::run(&runner, &stub::request("go")).await;
+    result.unwrap();
+    assert_eq!(
+        events,
+        [
+            delta("c"),
+            completed("c"),
+            RunEvent::RunCompleted { usage: None }
+        ]
+    );
+    let (e, _) = failure(&runner, &stub::request("go")).await;
+    assert_eq!(
+        e.to_string(),
+        "runner backend failed: chat/completions: error"
+    );
+    let (e, _) = failure(&runner, &stub::request("go")).await;
+    assert!(matches!(e, RunError::Backend { .. }), "{e:?}");
+}
