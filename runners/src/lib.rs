@@ -13,6 +13,7 @@
 
 pub mod dify;
 mod http;
+mod lenient;
 pub mod mcp_json;
 pub mod openai;
 pub mod preview;
