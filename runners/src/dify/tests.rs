@@ -534,3 +534,44 @@ fn mime_types_map_to_dify_file_types() {
     assert_eq!(file_type("video/mp4"), "video");
     assert_eq!(file_type("application/zip"), "custom");
 }
+
+#[tokio::test]
+async fn arrays_where_objects_belong_count_as_absent() {
+    let stub = Stub::start(vec![
+        Reply::sse(&[
+            r#"{"event": "message", "answer": "a"}"#,
+            r#"{"event": "message_end", "metadata": [{"usage": {"prompt_tokens": 1}}]}"#,
+        ]),
+        Reply::sse(&[
+            r#"{"event": "text_chunk", "data": ["x"]}"#,
+            r#"{"event": "workflow_finished", "data": {"status": "succeeded", "outputs": ["y"]}}"#,
+        ]),
+        Reply::sse(&[r#"{"event": "workflow_finished", "data": ["succeeded"]}"#]),
+    ])
+    .await;
+    let (result, events) = stub::run(&runner(&stub), &stub::request("Hi")).await;
+    result.unwrap();
+    assert_eq!(
+        events,
+        [
+            delta("a"),
+            completed("a"),
+            RunEvent::RunCompleted { usage: None },
+        ]
+    );
+    let workflow = runner_with(&stub, |c| c.app_type = DifyAppType::Workflow);
+    let (result, events) = stub::run(&workflow, &stub::request("Hi")).await;
+    result.unwrap();
+    assert_eq!(
+        events,
+        [
+            delta(""),
+            completed(""),
+            RunEvent::RunCompleted { usage: None },
+        ]
+    );
+    assert_eq!(
+        failure(&workflow, &stub::request("Hi")).await,
+        "runner backend failed: Dify workflow failed: no error given"
+    );
+}
