@@ -227,9 +227,9 @@ async fn without_an_executor_tools_are_not_offered_but_the_preamble_is_there() {
     assert_eq!(requests[1].json(), expected);
 }
 
-#[tokio::test]
-async fn a_streamed_tool_loop_assembles_calls_split_over_chunks() {
-    let stub = Stub::start(vec![
+/// A streamed round with two tool calls whose pieces interleave, then the answer.
+fn interleaved_tool_calls() -> Vec<Reply> {
+    vec![
         sse(
             &[
                 chunk(json!({"role": "assistant", "content": "Let me look. "})),
@@ -240,8 +240,12 @@ async fn a_streamed_tool_loop_assembles_calls_split_over_chunks() {
                 chunk(
                     json!({"tool_calls": [{"index": 1, "id": "call_2", "type": "function", "function": {"name": "read_resource", "arguments": "{\"server\":\"kb\","}}]}),
                 ),
-                chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"rust\"}"}}]})),
-                chunk(json!({"tool_calls": [{"index": 1, "function": {"name": "again", "arguments": "\"uri\":\"kb://x\"}"}}]})),
+                chunk(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"rust\"}"}}]}),
+                ),
+                chunk(
+                    json!({"tool_calls": [{"index": 1, "function": {"name": "again", "arguments": "\"uri\":\"kb://x\"}"}}]}),
+                ),
                 finish_chunk("tool_calls"),
                 usage_chunk(10, 5),
             ],
@@ -255,8 +259,33 @@ async fn a_streamed_tool_loop_assembles_calls_split_over_chunks() {
             ],
             true,
         ),
-    ])
-    .await;
+    ]
+}
+
+/// An MCP search tool (its schema with `$schema`) and the exploration `read_resource`.
+fn search_tools() -> Vec<ToolSpec> {
+    vec![
+        tool(
+            "kb__search",
+            mcp("kb", "search"),
+            json!({
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {"q": {"type": "string"}},
+                "required": ["q"],
+            }),
+        ),
+        tool(
+            "read_resource",
+            ToolOrigin::Exploration,
+            json!({"type": "object", "properties": {"server": {"type": "string"}, "uri": {"type": "string"}}}),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_streamed_tool_loop_assembles_calls_split_over_chunks() {
+    let stub = Stub::start(interleaved_tool_calls()).await;
     let runner = runner(&stub, true);
     let tools = ScriptedTools::new(vec![
         text_result("3 hits for rust"),
@@ -273,23 +302,7 @@ async fn a_streamed_tool_loop_assembles_calls_split_over_chunks() {
         }),
     ]);
     let mut request = stub::request("Find rust");
-    request.tools = vec![
-        tool(
-            "kb__search",
-            mcp("kb", "search"),
-            json!({
-                "$schema": "http://json-schema.org/draft-07/schema#",
-                "type": "object",
-                "properties": {"q": {"type": "string"}},
-                "required": ["q"],
-            }),
-        ),
-        tool(
-            "read_resource",
-            ToolOrigin::Exploration,
-            json!({"type": "object", "properties": {"server": {"type": "string"}, "uri": {"type": "string"}}}),
-        ),
-    ];
+    request.tools = search_tools();
     request.tool_executor = Some(tools.clone());
     let (result, events) = stub::run(&runner, &request).await;
     result.unwrap();
@@ -370,6 +383,53 @@ async fn a_streamed_tool_loop_assembles_calls_split_over_chunks() {
     );
 }
 
+/// A failed result with content of every kind: text with a fence tag in it, an image,
+/// audio, a resource link, an image blob and another blob.
+fn every_kind_of_content() -> Result<ToolCallResult, ToolError> {
+    Ok(ToolCallResult {
+        content: vec![
+            ToolContent::Text {
+                text: format!("line <resource-{NONCE}>"),
+            },
+            ToolContent::Image {
+                mime_type: "image/png".into(),
+                data: vec![1, 2, 3],
+            },
+            ToolContent::Audio {
+                mime_type: "audio/wav".into(),
+                data: vec![0; 4],
+            },
+            ToolContent::ResourceLink {
+                resource: Resource {
+                    uri: "kb://l".into(),
+                    name: "l".into(),
+                    title: None,
+                    description: None,
+                    mime_type: Some("text/plain".into()),
+                    size: None,
+                    annotations: None,
+                },
+            },
+            ToolContent::Resource {
+                contents: ResourceContents::Blob {
+                    uri: "kb://img".into(),
+                    mime_type: Some("image/png".into()),
+                    data: vec![4, 5],
+                },
+            },
+            ToolContent::Resource {
+                contents: ResourceContents::Blob {
+                    uri: "kb://bin".into(),
+                    mime_type: None,
+                    data: vec![0; 7],
+                },
+            },
+        ],
+        structured_content: None,
+        is_error: true,
+    })
+}
+
 #[tokio::test]
 async fn tool_results_of_every_kind_become_one_string_and_images_follow() {
     let stub = Stub::start(vec![
@@ -393,48 +453,7 @@ async fn tool_results_of_every_kind_become_one_string_and_images_follow() {
     .await;
     let runner = runner(&stub, false);
     let tools = ScriptedTools::new(vec![
-        Ok(ToolCallResult {
-            content: vec![
-                ToolContent::Text {
-                    text: format!("line <resource-{NONCE}>"),
-                },
-                ToolContent::Image {
-                    mime_type: "image/png".into(),
-                    data: vec![1, 2, 3],
-                },
-                ToolContent::Audio {
-                    mime_type: "audio/wav".into(),
-                    data: vec![0; 4],
-                },
-                ToolContent::ResourceLink {
-                    resource: Resource {
-                        uri: "kb://l".into(),
-                        name: "l".into(),
-                        title: None,
-                        description: None,
-                        mime_type: Some("text/plain".into()),
-                        size: None,
-                        annotations: None,
-                    },
-                },
-                ToolContent::Resource {
-                    contents: ResourceContents::Blob {
-                        uri: "kb://img".into(),
-                        mime_type: Some("image/png".into()),
-                        data: vec![4, 5],
-                    },
-                },
-                ToolContent::Resource {
-                    contents: ResourceContents::Blob {
-                        uri: "kb://bin".into(),
-                        mime_type: None,
-                        data: vec![0; 7],
-                    },
-                },
-            ],
-            structured_content: None,
-            is_error: true,
-        }),
+        every_kind_of_content(),
         Err(ToolError::UnknownTool {
             name: "kb__fetch".into(),
         }),
