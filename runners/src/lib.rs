@@ -13,12 +13,16 @@
 
 pub mod dify;
 mod http;
+mod lenient;
 pub mod mcp_json;
 pub mod openai;
 pub mod preview;
 pub mod remote;
 pub mod render;
 pub mod retrieval;
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod stub;
 pub mod summarizer;
 
 pub use dify::{DifyAppType, DifyConfig, DifyRunner};

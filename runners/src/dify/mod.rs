@@ -16,6 +16,16 @@
 //!   conversations belong to one `user`; in memory, at most 100 000, a day idle
 //!   each). A 404 "Conversation Not Exists." drops the stale id and retries once with
 //!   a new conversation.
+//!
+//! Here: the config and the runner. `wire.rs` holds the private wire types (the
+//! request bodies built from the turn and the config, the upload answer, the stream
+//! events, read leniently); `stream.rs` assembles the answer from the events.
+
+mod stream;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,14 +33,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
 use hostpipe_core::{
-    BuildContext, ConfigError, EventSink, RunError, RunEvent, RunRequest, Runner, TokenUsage,
-    parse_section,
+    BuildContext, ConfigError, EventSink, RunError, RunEvent, RunRequest, Runner, parse_section,
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use self::stream::{ChatAnswer, WorkflowAnswer};
+use self::wire::{
+    ChatEvent, ChatMessageRequest, InputFile, UploadedFile, WorkflowEvent, WorkflowRunRequest,
+};
 use crate::http::{self, HttpPolicy};
-use crate::render;
+use crate::{lenient, render};
 
 /// Dify app types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -128,7 +141,7 @@ pub struct DifyRunner {
     policy: HttpPolicy,
     /// (pipeline, conversation, user) → Dify `conversation_id`. Dify conversations
     /// belong to one `user`: in a group chat each member has their own.
-    conversations: moka::sync::Cache<(String, String, String), String>,
+    conversations: moka::sync::Cache<ConversationKey, String>,
 }
 
 impl std::fmt::Debug for DifyRunner {
@@ -179,19 +192,12 @@ impl DifyRunner {
         })
     }
 
-    fn user(&self, request: &RunRequest) -> String {
-        request
-            .sender
-            .clone()
-            .unwrap_or_else(|| self.config.default_user.clone())
-    }
-
-    /// Uploads the image blocks; their `files` entries.
+    /// Uploads the image blocks as `user`; their `files` entries.
     async fn upload_images(
         &self,
         request: &RunRequest,
         user: &str,
-    ) -> Result<Vec<Value>, RunError> {
+    ) -> Result<Vec<InputFile>, RunError> {
         let mut files = Vec::new();
         for (i, (_, mime, data)) in render::images(&request.context, &request.fence)
             .into_iter()
@@ -223,33 +229,25 @@ impl DifyRunner {
                 |_, _| None,
             )
             .await?;
-            let v: Value = response
+            let uploaded: Value = response
                 .json()
                 .await
                 .map_err(|e| RunError::backend(format!("files/upload: invalid JSON: {e}")))?;
-            let id = v
-                .get("id")
-                .and_then(Value::as_str)
+            let id = lenient::read::<UploadedFile>(uploaded)
+                .id
                 .ok_or_else(|| RunError::backend("files/upload: the answer has no `id`"))?;
-            files.push(json!({"type": file_type(mime), "transfer_method": "local_file", "upload_file_id": id}));
+            files.push(InputFile::uploaded(file_type(mime), id));
         }
         Ok(files)
     }
 
-    fn inputs(&self, request: &RunRequest, context: &str) -> Value {
-        let mut inputs = serde_json::Map::new();
-        for (k, v) in request.variables.iter() {
-            inputs.insert(k.to_owned(), Value::String(v.to_owned()));
-        }
-        inputs.insert(
-            self.config.inputs_variable.clone(),
-            Value::String(context.to_owned()),
-        );
-        Value::Object(inputs)
-    }
-
-    async fn run_inner(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
-        let user = self.user(request);
+    /// What both app kinds send: the `user`, the context (the system prompt, then the
+    /// fenced context blocks) and the uploaded images.
+    async fn prepare<'a>(&self, request: &'a RunRequest) -> Result<Prepared<'a>, RunError> {
+        let user = request
+            .sender
+            .clone()
+            .unwrap_or_else(|| self.config.default_user.clone());
         let mut context = String::new();
         if let Some(s) = &request.system_prompt {
             context.push_str(s);
@@ -262,152 +260,112 @@ impl DifyRunner {
             &request.fence,
         ));
         let files = self.upload_images(request, &user).await?;
+        Ok(Prepared {
+            request,
+            user,
+            context,
+            files,
+        })
+    }
+
+    async fn run_inner(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
+        let turn = self.prepare(request).await?;
         if self.config.app_type == DifyAppType::Workflow {
-            return self.workflow(request, events, &user, &context, files).await;
+            return self.workflow(&turn, events).await;
         }
+        self.chat(&turn, events).await
+    }
+
+    /// A chat, agent or chatflow app: `chat-messages`, continuing the Dify
+    /// conversation of the turn's conversation and user when there is one.
+    async fn chat(&self, turn: &Prepared<'_>, events: &EventSink) -> Result<(), RunError> {
+        let request = turn.request;
         let key = request
             .ids
             .conversation
             .clone()
-            .map(|c| (request.ids.pipeline.clone(), c, user.clone()));
-        let query = if self.config.context_in_query && !context.trim().is_empty() {
-            format!("{context}\n\n{}", request.message.text)
-        } else {
-            request.message.text.clone()
-        };
-        let mut body = json!({
-            "query": query,
-            "inputs": self.inputs(request, &context),
-            "response_mode": "streaming",
-            "user": user,
-            "files": files,
-        });
+            .map(|c| (request.ids.pipeline.clone(), c, turn.user.clone()));
         let known = key.as_ref().and_then(|k| self.conversations.get(k));
-        if let Some(id) = &known {
-            body["conversation_id"] = Value::String(id.clone());
-        }
-        let url = format!("{}/chat-messages", self.base);
-        let stale = |status: u16, text: &str| -> Option<RunError> {
-            let lower = text.to_lowercase();
-            (status == 404 && lower.contains("conversation")).then(|| RunError::Backend {
-                message: "stale conversation".into(),
-                source: None,
-            })
-        };
-        let response = match http::send(
-            "chat-messages",
-            self.policy,
-            http::Retry::SideEffects,
-            || self.client.post(&url).json(&body),
-            stale,
-        )
-        .await
-        {
-            Err(RunError::Backend { message, .. })
-                if message == "stale conversation" && known.is_some() =>
-            {
-                // Dify no longer knows the conversation: start a new one, once.
-                tracing::info!("Dify conversation not found; starting a new one");
-                if let Some(k) = &key {
-                    self.conversations.invalidate(k);
-                }
-                if let Some(o) = body.as_object_mut() {
-                    o.remove("conversation_id");
-                }
-                http::send(
-                    "chat-messages",
-                    self.policy,
-                    http::Retry::SideEffects,
-                    || self.client.post(&url).json(&body),
-                    |_, _| None,
-                )
-                .await?
-            }
-            Err(RunError::Backend { message, .. }) if message == "stale conversation" => {
-                return Err(RunError::backend(
-                    "chat-messages: 404 conversation not found",
-                ));
-            }
-            other => other?,
-        };
-        let mut answer = String::new();
-        let mut usage = None;
-        let mut ended = false;
+        let mut body = ChatMessageRequest::new(turn, &self.config, known);
+        let response = self.send_chat(&mut body, key.as_ref()).await?;
+        let mut answer = ChatAnswer::default();
         let mut stream = std::pin::pin!(http::events(response, self.policy.timeout));
         while let Some(item) = stream.next().await {
             let (_, data) = item?;
-            let Ok(v) = serde_json::from_str::<Value>(&data) else {
+            // Data that is not JSON is skipped.
+            let Ok(event) = lenient::parse::<ChatEvent>(&data) else {
                 continue;
             };
-            if let (Some(k), Some(id)) = (&key, v.get("conversation_id").and_then(Value::as_str))
+            if let (Some(k), Some(id)) = (&key, &event.conversation_id)
                 && !id.is_empty()
             {
-                self.conversations.insert(k.clone(), id.to_owned());
+                self.conversations.insert(k.clone(), id.clone());
             }
-            match v.get("event").and_then(Value::as_str).unwrap_or("") {
-                "message" | "agent_message" => {
-                    let piece = v.get("answer").and_then(Value::as_str).unwrap_or("");
-                    if !piece.is_empty() {
-                        answer.push_str(piece);
-                        events
-                            .emit(RunEvent::MessageDelta {
-                                text: piece.to_owned(),
-                            })
-                            .await;
-                    }
-                }
-                "message_replace" => {
-                    answer = v
-                        .get("answer")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_owned();
-                }
-                "message_end" => {
-                    usage = v.pointer("/metadata/usage").map(|u| TokenUsage {
-                        input_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-                        output_tokens: u
-                            .get("completion_tokens")
-                            .and_then(Value::as_u64)
-                            .unwrap_or(0),
-                    });
-                    ended = true;
-                    break;
-                }
-                "error" => {
-                    return Err(RunError::backend(format!(
-                        "Dify: {} ({})",
-                        v.get("message").and_then(Value::as_str).unwrap_or("error"),
-                        v.get("code").and_then(Value::as_str).unwrap_or("?")
-                    )));
-                }
-                _ => {}
+            if let Some(text) = answer.push(event)? {
+                events.emit(RunEvent::MessageDelta { text }).await;
+            }
+            if answer.has_ended() {
+                break;
             }
         }
-        if !ended {
-            return Err(RunError::backend(
-                "chat-messages: the stream ended without message_end (the answer may be cut off)",
-            ));
-        }
-        events
-            .emit(RunEvent::MessageCompleted { text: answer })
-            .await;
+        let (text, usage) = answer.finish()?;
+        events.emit(RunEvent::MessageCompleted { text }).await;
         events.emit(RunEvent::RunCompleted { usage }).await;
         Ok(())
     }
 
-    async fn workflow(
+    /// Sends `body`. A 404 that names the conversation when `body` continues one (Dify
+    /// no longer knows it) drops the stale id (from `body` and the cache at `key`) and
+    /// sends it again, once, for a new conversation.
+    async fn send_chat(
         &self,
-        request: &RunRequest,
-        events: &EventSink,
-        user: &str,
-        context: &str,
-        files: Vec<Value>,
-    ) -> Result<(), RunError> {
-        let mut inputs = self.inputs(request, context);
-        inputs["query"] = Value::String(request.message.text.clone());
-        let body =
-            json!({"inputs": inputs, "response_mode": "streaming", "user": user, "files": files});
+        body: &mut ChatMessageRequest<'_>,
+        key: Option<&ConversationKey>,
+    ) -> Result<reqwest::Response, RunError> {
+        let url = format!("{}/chat-messages", self.base);
+        let stale = |status: u16, text: &str| -> Option<RunError> {
+            let lower = text.to_lowercase();
+            (status == 404 && lower.contains("conversation")).then(|| RunError::Backend {
+                message: STALE.into(),
+                source: None,
+            })
+        };
+        let first = http::send(
+            "chat-messages",
+            self.policy,
+            http::Retry::SideEffects,
+            || self.client.post(&url).json(&*body),
+            stale,
+        )
+        .await;
+        match first {
+            Err(RunError::Backend { message, .. })
+                if message == STALE && body.conversation_id.is_some() =>
+            {
+                tracing::info!("Dify conversation not found; starting a new one");
+                if let Some(k) = key {
+                    self.conversations.invalidate(k);
+                }
+                body.conversation_id = None;
+                http::send(
+                    "chat-messages",
+                    self.policy,
+                    http::Retry::SideEffects,
+                    || self.client.post(&url).json(&*body),
+                    |_, _| None,
+                )
+                .await
+            }
+            Err(RunError::Backend { message, .. }) if message == STALE => Err(RunError::backend(
+                "chat-messages: 404 conversation not found",
+            )),
+            other => other,
+        }
+    }
+
+    /// A workflow app: `workflows/run`; the answer is the configured output variable.
+    async fn workflow(&self, turn: &Prepared<'_>, events: &EventSink) -> Result<(), RunError> {
+        let body = WorkflowRunRequest::new(turn, &self.config);
         let url = format!("{}/workflows/run", self.base);
         let response = http::send(
             "workflows/run",
@@ -417,60 +375,47 @@ impl DifyRunner {
             |_, _| None,
         )
         .await?;
-        let mut chunks = String::new();
+        let mut answer = WorkflowAnswer::new(&self.config.output_variable);
         let mut stream = std::pin::pin!(http::events(response, self.policy.timeout));
         while let Some(item) = stream.next().await {
             let (_, data) = item?;
-            let Ok(v) = serde_json::from_str::<Value>(&data) else {
+            // Data that is not JSON is skipped.
+            let Ok(event) = lenient::parse::<WorkflowEvent>(&data) else {
                 continue;
             };
-            match v.get("event").and_then(Value::as_str).unwrap_or("") {
-                "text_chunk" => {
-                    let piece = v
-                        .pointer("/data/text")
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
-                    chunks.push_str(piece);
-                    events
-                        .emit(RunEvent::MessageDelta {
-                            text: piece.to_owned(),
-                        })
-                        .await;
-                }
-                "workflow_finished" => {
-                    let d = v.get("data").cloned().unwrap_or(Value::Null);
-                    let status = d.get("status").and_then(Value::as_str);
-                    if !matches!(status, Some("succeeded" | "partial-succeeded")) {
-                        return Err(RunError::backend(format!(
-                            "Dify workflow {}: {}",
-                            d.get("status").and_then(Value::as_str).unwrap_or("failed"),
-                            d.get("error")
-                                .and_then(Value::as_str)
-                                .unwrap_or("no error given")
-                        )));
-                    }
-                    let text = d
-                        .pointer(&format!("/outputs/{}", self.config.output_variable))
-                        .and_then(Value::as_str)
-                        .map_or(chunks.clone(), str::to_owned);
-                    // Workflows report only `total_tokens`, not the input/output split.
-                    events.emit(RunEvent::MessageCompleted { text }).await;
-                    events.emit(RunEvent::RunCompleted { usage: None }).await;
-                    return Ok(());
-                }
-                "error" => {
-                    return Err(RunError::backend(format!(
-                        "Dify: {}",
-                        v.get("message").and_then(Value::as_str).unwrap_or("error")
-                    )));
-                }
-                _ => {}
+            if let Some(text) = answer.push(event)? {
+                events.emit(RunEvent::MessageDelta { text }).await;
+            }
+            if let Some(text) = answer.finished() {
+                // Workflows report only `total_tokens`, not the input/output split.
+                events.emit(RunEvent::MessageCompleted { text }).await;
+                events.emit(RunEvent::RunCompleted { usage: None }).await;
+                return Ok(());
             }
         }
         Err(RunError::backend(
             "Dify workflow: the stream ended without workflow_finished",
         ))
     }
+}
+
+/// The message of the internal error that marks a stale conversation (a 404 naming
+/// the conversation) between [`DifyRunner::send_chat`]'s classifier and its retry.
+const STALE: &str = "stale conversation";
+
+/// (pipeline, conversation, user): whose Dify `conversation_id` is cached.
+type ConversationKey = (String, String, String);
+
+/// What both app kinds send for one turn.
+#[derive(Debug)]
+struct Prepared<'a> {
+    request: &'a RunRequest,
+    /// Dify's `user`: the sender, or the configured `default_user`.
+    user: String,
+    /// The system prompt and the fenced context blocks.
+    context: String,
+    /// The uploaded image blocks.
+    files: Vec<InputFile>,
 }
 
 #[async_trait]
