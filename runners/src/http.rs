@@ -39,22 +39,6 @@ pub(crate) fn is_event_stream(response: &reqwest::Response) -> bool {
         .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
-/// The runner contract's end on failure: `run_failed` is the last event, then the
-/// error goes back to the caller.
-pub(crate) async fn report(
-    result: Result<(), RunError>,
-    events: &hostpipe_core::EventSink,
-) -> Result<(), RunError> {
-    if let Err(e) = &result {
-        events
-            .emit(hostpipe_core::RunEvent::RunFailed {
-                error: e.to_string(),
-            })
-            .await;
-    }
-    result
-}
-
 /// A client with `headers` on every request (names and values checked; errors at
 /// `headers.NAME`) and the policy's timeouts.
 pub(crate) fn client(

@@ -238,6 +238,7 @@ pub(crate) fn request(text: &str) -> RunRequest {
         model: ModelProfile::default(),
         reads: Vec::new(),
         fence: fence(),
+        deadline: None,
     }
 }
 

@@ -888,7 +888,8 @@ mod runner_conformance {
             // A backend failure: typed, and reported as the last event.
             let failing =
                 server(ResponseTemplate::new(500).set_body_json(json!({"message": "boom"}))).await;
-            let runner = make(&failing);
+            // As a pipeline runs it: under the layer that reports a failure.
+            let runner = hostpipe_core::layer::ReportFailure::new(make(&failing));
             let (sink, mut rx) = hostpipe_core::EventSink::channel(16);
             let err = runner.run(&request, &sink).await.unwrap_err();
             drop(sink);

@@ -421,7 +421,8 @@ struct Prepared<'a> {
 #[async_trait]
 impl Runner for DifyRunner {
     async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
-        http::report(self.run_inner(request, events).await, events).await
+        // A failure's `run_failed` event is the pipeline's `ReportFailure` layer's.
+        self.run_inner(request, events).await
     }
 }
 

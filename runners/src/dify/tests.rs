@@ -62,7 +62,9 @@ fn completed(text: &str) -> RunEvent {
 /// Runs and expects a failure; its display text, after checking `run_failed` came
 /// last.
 async fn failure(runner: &DifyRunner, request: &RunRequest) -> String {
-    let (result, events) = stub::run(runner, request).await;
+    // As a pipeline runs it: its failure reported by the layer.
+    let layered = hostpipe_core::layer::ReportFailure::new(runner);
+    let (result, events) = stub::run(&layered, request).await;
     let e = result.unwrap_err();
     assert_eq!(
         events.last(),

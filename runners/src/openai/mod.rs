@@ -235,7 +235,8 @@ const CUT_MARKER: &str = "\n[… the answer was cut at the token limit …]";
 #[async_trait]
 impl Runner for LocalAgentRunner {
     async fn run(&self, request: &RunRequest, events: &EventSink) -> Result<(), RunError> {
-        http::report(self.run_inner(request, events).await, events).await
+        // A failure's `run_failed` event is the pipeline's `ReportFailure` layer's.
+        self.run_inner(request, events).await
     }
 }
 

@@ -144,7 +144,9 @@ fn text_result(text: &str) -> Result<ToolCallResult, ToolError> {
 
 /// Runs and expects a failure; its display text, and checks `run_failed` came last.
 async fn failure(runner: &LocalAgentRunner, request: &RunRequest) -> (RunError, Vec<RunEvent>) {
-    let (result, events) = stub::run(runner, request).await;
+    // As a pipeline runs it: its failure reported by the layer.
+    let layered = hostpipe_core::layer::ReportFailure::new(runner);
+    let (result, events) = stub::run(&layered, request).await;
     let e = result.unwrap_err();
     assert_eq!(
         events.last(),
