@@ -23,6 +23,8 @@ mod config;
 mod plan;
 mod read;
 mod record;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
