@@ -11,7 +11,7 @@ use hostpipe_core::{
 use super::config::Options;
 use super::record::record;
 use crate::fit::Strategy;
-use crate::reader::{Listed, ReadPolicy};
+use crate::reader::{Gate, Listed, ReadPolicy, not_read};
 use crate::uri_template;
 
 /// Why an attachment produced no content: the full story for the trace, a short note
@@ -238,9 +238,7 @@ fn merge_repeat(
 /// Consent before any read: a withheld read never reaches the server, and the model is
 /// told it was withheld (docs/consent.md).
 pub(super) async fn ask_consent(turn: &Turn, planned: &mut [Planned]) {
-    if turn.consent.is_none() {
-        return;
-    }
+    let gate = Gate::of_turn(turn, ReadOrigin::Host);
     for p in planned {
         // Embedded contents (a prompt's resources) were sent without a read, but they
         // still only reach the model if the policy allows them.
@@ -253,10 +251,7 @@ pub(super) async fn ask_consent(turn: &Turn, planned: &mut [Planned]) {
         } else {
             format!("attached at {} scope", p.source.scope.as_str())
         };
-        let Some(verdict) = turn
-            .consent_for(&p.source.server, &uri, ReadOrigin::Host, reason)
-            .await
-        else {
+        let Some(verdict) = gate.ask(&p.source.server, &uri, Some(reason)).await else {
             continue;
         };
         if !verdict.allowed {
@@ -278,13 +273,9 @@ pub(super) fn apply_policy(policy: &ReadPolicy, planned: &mut Vec<Planned>) -> V
     let mut records = Vec::new();
     planned.retain(|p| match policy.refuse_listed(&p.listed) {
         Some(why) => {
-            records.push(record(
-                &p.source,
-                p.listed.meta.listed_mime.clone(),
-                0,
-                0,
-                Some(format!("not read: {why}")),
-            ));
+            let mut r = record(&p.source, p.listed.meta.listed_mime.clone(), 0, 0, None);
+            not_read(&mut r, &why);
+            records.push(r);
             false
         }
         None => true,

@@ -7,15 +7,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hostpipe_core::{
-    FallbackReason, McpSource, ModelProfile, ReadOrigin, ReadRecord, ResourceContents,
-    ResourceRead, Turn,
+    BlockSource, FallbackReason, McpSource, ReadOrigin, ReadRecord, ResourceRead, Turn,
 };
 
 use super::plan::{Failure, Planned};
 use super::record::record;
 use crate::convert::Converted;
 use crate::fit::{Item, content_hash};
-use crate::reader::{ReadPolicy, convert_item};
+use crate::reader::{Gate, ItemProblem, ItemReader, ReadItem, ReadPolicy, withheld_note, withhold};
 
 /// One attachment after reading.
 pub(super) struct Fetched {
@@ -84,8 +83,6 @@ async fn read(mcp: &dyn McpSource, planned: Planned, deadline: Option<Instant>) 
 pub(super) struct Collected {
     pub(super) items: Vec<Item>,
     pub(super) records: Vec<ReadRecord>,
-    /// Bytes read so far this turn.
-    turn_bytes: usize,
     /// Hashes of the texts so far, with the URI of the first of each.
     seen: Vec<(u64, String)>,
 }
@@ -97,9 +94,11 @@ pub(super) async fn collect(
     fetched: Vec<Fetched>,
 ) -> Collected {
     let model = Arc::clone(&turn.model);
+    let gate = Gate::of_turn(turn, ReadOrigin::Host);
+    let mut reader = ItemReader::new(policy, &model, &gate);
     let mut out = Collected::default();
     for f in fetched {
-        out.add(turn, policy, &model, f).await;
+        out.add(turn, &mut reader, f).await;
     }
     out
 }
@@ -107,7 +106,7 @@ pub(super) async fn collect(
 /// An item of `p`'s read, with what ranking needs from the attachment.
 fn item(
     p: &Planned,
-    source: hostpipe_core::BlockSource,
+    source: BlockSource,
     mime_type: Option<String>,
     converted: Converted,
     text_hash: Option<u64>,
@@ -127,13 +126,7 @@ fn item(
 impl Collected {
     /// Adds one attachment's read: a note when it failed or was withheld, else each
     /// content item.
-    async fn add(
-        &mut self,
-        turn: &mut Turn,
-        policy: &ReadPolicy,
-        model: &Arc<ModelProfile>,
-        f: Fetched,
-    ) {
+    async fn add(&mut self, turn: &mut Turn, reader: &mut ItemReader<'_>, f: Fetched) {
         let Fetched {
             planned: p,
             result,
@@ -159,8 +152,18 @@ impl Collected {
             ));
         }
         for content in read.contents.iter().cloned() {
-            self.add_item(turn, policy, model, &p, content, read.cache_hit, elapsed_ms)
+            // A server may answer with items under other URIs: each is judged on its
+            // own, so an item labelled with a denied URI never reaches the model.
+            let judged = reader
+                .judge(
+                    &p.source.server,
+                    &p.source.uri,
+                    &p.listed,
+                    || format!("returned by the read of {}", p.source.uri),
+                    content,
+                )
                 .await;
+            self.add_item(turn, &p, judged, read.cache_hit, elapsed_ms);
         }
     }
 
@@ -168,10 +171,7 @@ impl Collected {
     fn failed(&mut self, p: &Planned, failure: Failure, elapsed_ms: u64) {
         let note = match failure.reason {
             // Not "not included": the model must not conclude it does not exist.
-            FallbackReason::Withheld { .. } => format!(
-                "[resource {} from `{}` withheld: reading it was not allowed]",
-                p.source.uri, p.source.server
-            ),
+            FallbackReason::Withheld { .. } => withheld_note(&p.source.uri, &p.source.server),
             _ => format!(
                 "[resource {} from `{}` not included: {}]",
                 p.source.uri, p.source.server, failure.model
@@ -188,76 +188,28 @@ impl Collected {
             .push(item(p, p.source.clone(), None, converted, None));
     }
 
-    /// One content item of `p`'s read.
-    #[allow(clippy::too_many_arguments)]
-    async fn add_item(
+    /// One content item of `p`'s read, judged.
+    fn add_item(
         &mut self,
         turn: &mut Turn,
-        policy: &ReadPolicy,
-        model: &Arc<ModelProfile>,
         p: &Planned,
-        content: ResourceContents,
+        judged: ReadItem,
         cache_hit: bool,
         elapsed_ms: u64,
     ) {
         let mut source = p.source.clone();
-        content.uri().clone_into(&mut source.uri);
-        // A server may answer with items under other URIs: each is judged on its own, so
-        // an item labelled with a denied URI never reaches the model.
-        let other_uri = p.uri.as_deref().is_ok_and(|u| u != content.uri());
-        let item_consent = if other_uri {
-            turn.consent_for(
-                &source.server,
-                content.uri(),
-                ReadOrigin::Host,
-                format!("returned by the read of {}", p.source.uri),
-            )
-            .await
-        } else {
-            None
-        };
-        if let Some(v) = item_consent.as_ref().filter(|v| !v.allowed) {
-            let mut r = record(
-                &source,
-                content.mime_type().map(str::to_owned),
-                0,
-                elapsed_ms,
-                Some(format!("withheld: {}", v.how)),
-            );
-            r.consent = Some(v.how.clone());
+        source.uri.clone_from(&judged.uri);
+        if let Some(ItemProblem::Withheld { how }) = &judged.problem {
+            let mut r = record(&source, judged.item_mime, 0, elapsed_ms, None);
+            withhold(&mut r, how);
             self.records.push(r);
-            let note = format!(
-                "[resource {} from `{}` withheld: reading it was not allowed]",
-                source.uri, source.server
-            );
-            let converted = Converted::Fallback {
-                reason: FallbackReason::Withheld {
-                    decision: v.how.clone(),
-                },
-                note,
-            };
-            self.items.push(item(p, source, None, converted, None));
+            self.items
+                .push(item(p, source, None, judged.converted, None));
             return;
         }
         source.name.clone_from(&p.listed.meta.name);
-        let bytes = content.byte_len();
-        let mime = content
-            .mime_type()
-            .map(str::to_owned)
-            .or_else(|| p.listed.meta.listed_mime.clone());
-        self.turn_bytes += bytes;
-        let converted = match policy.refuse_item(bytes, self.turn_bytes, mime.as_deref()) {
-            Some(error) => {
-                let note = format!(
-                    "[resource {} from `{}` not included: too large or not allowed]",
-                    source.uri, source.server
-                );
-                Converted::Refused { error, note }
-            }
-            None => convert_item(content, &p.listed.meta, model, &policy.limits).await,
-        };
         let mut text_hash = None;
-        if let Converted::Text(text) = &converted {
+        if let Converted::Text(text) = &judged.converted {
             let h = content_hash(text);
             text_hash = Some(h);
             if let Some((_, first)) = self.seen.iter().find(|(x, _)| *x == h) {
@@ -269,10 +221,22 @@ impl Collected {
             }
             self.seen.push((h, source.uri.clone()));
         }
-        let mut r = record(&source, mime.clone(), bytes, elapsed_ms, None);
+        let mut r = record(
+            &source,
+            judged.mime_type.clone(),
+            judged.bytes,
+            elapsed_ms,
+            None,
+        );
         r.cache_hit = cache_hit;
         r.consent.clone_from(&p.consent);
         self.records.push(r);
-        self.items.push(item(p, source, mime, converted, text_hash));
+        self.items.push(item(
+            p,
+            source,
+            judged.mime_type,
+            judged.converted,
+            text_hash,
+        ));
     }
 }
