@@ -657,6 +657,7 @@ mod tests {
                         treatment: crate::Treatment::Whole,
                         elapsed_ms: 1,
                         cache_hit: false,
+                        outcome: crate::ReadOutcome::Read,
                         error: None,
                         origin: crate::ReadOrigin::Host,
                         consent: None,

@@ -35,7 +35,12 @@ pub struct ReadRecord {
     /// Whether the content came from hostpipe's cache instead of a `resources/read`.
     #[serde(default)]
     pub cache_hit: bool,
-    /// The error, if the read failed (or was withheld: `withheld: …`).
+    /// What became of the read ([`ReadOutcome`]): decide on this, not on `error`'s text.
+    /// Absent from JSON written before it existed: [`ReadOutcome::Read`].
+    #[serde(default)]
+    pub outcome: ReadOutcome,
+    /// What went wrong, for people: the server's error, `withheld: …` (the consent
+    /// decision), `not read: …` (the policy's reason); `None` when the read went through.
     pub error: Option<String>,
     /// Who chose the read: the host (an attachment) or the model (`read_resource`).
     #[serde(default)]
@@ -52,6 +57,52 @@ pub struct ReadRecord {
     /// message`, `its best passage ranked 14th; the budget ran out at rank 9`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// What became of one read ([`ReadRecord::outcome`]). Whether what was read then went
+/// to the model, whole or in part, is the record's treatment and token counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadOutcome {
+    /// Read and converted (a cached content counts: see [`ReadRecord::cache_hit`]).
+    #[default]
+    Read,
+    /// The pipeline's policy kept it from the model: the consent gate denied it (the read
+    /// never reached the server), or the byte or MIME limits refused what the server sent.
+    /// The model is told it was withheld or not included, not that it does not exist.
+    Withheld,
+    /// Left out before reading, never sent to the server: its listing says it is for the
+    /// user only (`annotations.audience`), or has a MIME type or size the policy refuses;
+    /// or the attachment could not be resolved (a template that could not be filled in,
+    /// a server not bound for the turn). `error` says which.
+    NotRead,
+    /// The server failed (an error, no answer in time, the turn's deadline), or the
+    /// conversion of what it sent failed (e.g. an image that cannot be decoded).
+    Failed,
+}
+
+impl ReadOutcome {
+    /// `read`, `withheld`, `not_read` or `failed` (as serialized and stored).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Withheld => "withheld",
+            Self::NotRead => "not_read",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// The outcome [`ReadOutcome::as_str`] gives `s`; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Read, Self::Withheld, Self::NotRead, Self::Failed]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
+
+    /// Whether the read went through ([`ReadOutcome::Read`]).
+    pub fn is_read(self) -> bool {
+        self == Self::Read
+    }
 }
 
 /// Who made a tool call.

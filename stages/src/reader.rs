@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hostpipe_core::{
-    Consent, ConsentRequest, McpSource, ModelProfile, ReadOrigin, ReadRecord, ResourceContents,
-    TemplateRef, Treatment, Turn, Verdict,
+    Consent, ConsentRequest, McpSource, ModelProfile, ReadOrigin, ReadOutcome, ReadRecord,
+    ResourceContents, TemplateRef, Treatment, Turn, Verdict,
 };
 
 use crate::convert::{ConvertLimits, Converted, ResourceMeta, convert};
@@ -252,6 +252,7 @@ pub fn refused_note(uri: &str, server: &str) -> String {
 /// Marks `record` as withheld by the consent gate, which decided `how`
 /// ([`Verdict::how`]): nothing of it reached the model.
 pub fn withhold(record: &mut ReadRecord, how: &str) {
+    record.outcome = ReadOutcome::Withheld;
     record.error = Some(format!("withheld: {how}"));
     record.consent = Some(how.to_owned());
     record.treatment = Treatment::Omitted;
@@ -260,6 +261,7 @@ pub fn withhold(record: &mut ReadRecord, how: &str) {
 /// Marks `record` as not read, for `why` ([`ReadPolicy::refuse_listed`]): it never
 /// reached the server.
 pub fn not_read(record: &mut ReadRecord, why: &str) {
+    record.outcome = ReadOutcome::NotRead;
     record.error = Some(format!("not read: {why}"));
     record.treatment = Treatment::Omitted;
 }
@@ -332,6 +334,17 @@ pub enum ItemProblem {
         /// Why.
         error: String,
     },
+}
+
+impl ItemProblem {
+    /// The read's outcome when this is its problem: withheld by the policy (consent, or
+    /// the byte and MIME limits), or failed (the conversion).
+    pub fn outcome(&self) -> ReadOutcome {
+        match self {
+            Self::Withheld { .. } | Self::Refused { .. } => ReadOutcome::Withheld,
+            Self::ConversionFailed { .. } => ReadOutcome::Failed,
+        }
+    }
 }
 
 /// One content item of a read, judged and converted ([`ItemReader::judge`]).

@@ -4,8 +4,8 @@
 //! policy on what the listing says, and put in rank order.
 
 use hostpipe_core::{
-    Attachment, AttachmentTarget, BlockSource, FallbackReason, McpSource, ReadOrigin, ReadRecord,
-    ResourceContents, Scope, SourceError, TemplateRef, Turn,
+    Attachment, AttachmentTarget, BlockSource, FallbackReason, McpSource, ReadOrigin, ReadOutcome,
+    ReadRecord, ResourceContents, Scope, SourceError, TemplateRef, Turn,
 };
 
 use super::config::Options;
@@ -14,17 +14,21 @@ use crate::fit::Strategy;
 use crate::reader::{Gate, Listed, ReadPolicy, not_read};
 use crate::uri_template;
 
-/// Why an attachment produced no content: the full story for the trace, a short note
-/// for the model (no paths, commands or stack of errors), and the fallback reason.
+/// Why an attachment produced no content: what became of it, the full story for the
+/// trace, a short note for the model (no paths, commands or stack of errors), and the
+/// fallback reason.
 pub(super) struct Failure {
+    pub(super) outcome: ReadOutcome,
     pub(super) trace: String,
     pub(super) model: &'static str,
     pub(super) reason: FallbackReason,
 }
 
 impl Failure {
+    /// The attachment could not be resolved: it is not read.
     fn invalid(trace: String, model: &'static str) -> Self {
         Self {
+            outcome: ReadOutcome::NotRead,
             reason: FallbackReason::InvalidAttachment {
                 error: trace.clone(),
             },
@@ -49,6 +53,7 @@ impl Failure {
             }
         };
         Self {
+            outcome: ReadOutcome::Failed,
             trace: e.to_string(),
             model,
             reason: FallbackReason::ReadFailed {
@@ -256,6 +261,7 @@ pub(super) async fn ask_consent(turn: &Turn, planned: &mut [Planned]) {
         };
         if !verdict.allowed {
             p.uri = Err(Failure {
+                outcome: ReadOutcome::Withheld,
                 trace: format!("withheld: {}", verdict.how),
                 model: "reading it was not allowed",
                 reason: FallbackReason::Withheld {
@@ -273,7 +279,7 @@ pub(super) fn apply_policy(policy: &ReadPolicy, planned: &mut Vec<Planned>) -> V
     let mut records = Vec::new();
     planned.retain(|p| match policy.refuse_listed(&p.listed) {
         Some(why) => {
-            let mut r = record(&p.source, p.listed.meta.listed_mime.clone(), 0, 0, None);
+            let mut r = record(&p.source, p.listed.meta.listed_mime.clone(), 0, 0);
             not_read(&mut r, &why);
             records.push(r);
             false

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hostpipe_core::{
-    BlockSource, FallbackReason, McpSource, ReadOrigin, ReadRecord, ResourceRead, Turn,
+    BlockSource, FallbackReason, McpSource, ReadOrigin, ReadOutcome, ReadRecord, ResourceRead, Turn,
 };
 
 use super::plan::{Failure, Planned};
@@ -59,6 +59,7 @@ async fn read(mcp: &dyn McpSource, planned: Planned, deadline: Option<Instant>) 
         Some(d) => match tokio::time::timeout_at(d.into(), reading).await {
             Ok(r) => r.map_err(|e| Failure::read(&e)),
             Err(_) => Err(Failure {
+                outcome: ReadOutcome::Failed,
                 trace: format!(
                     "dropped: the turn's deadline passed after {} ms, before resources/read answered (the request was cancelled)",
                     started.elapsed().as_millis()
@@ -134,6 +135,7 @@ impl Collected {
         } = f;
         let read = match (&p.uri, result) {
             (Err(failure), _) => Err(Failure {
+                outcome: failure.outcome,
                 trace: failure.trace.clone(),
                 model: failure.model,
                 reason: failure.reason.clone(),
@@ -177,7 +179,9 @@ impl Collected {
                 p.source.uri, p.source.server, failure.model
             ),
         };
-        let mut r = record(&p.source, None, 0, elapsed_ms, Some(failure.trace));
+        let mut r = record(&p.source, None, 0, elapsed_ms);
+        r.outcome = failure.outcome;
+        r.error = Some(failure.trace);
         r.consent.clone_from(&p.consent);
         self.records.push(r);
         let converted = Converted::Fallback {
@@ -200,7 +204,7 @@ impl Collected {
         let mut source = p.source.clone();
         source.uri.clone_from(&judged.uri);
         if let Some(ItemProblem::Withheld { how }) = &judged.problem {
-            let mut r = record(&source, judged.item_mime, 0, elapsed_ms, None);
+            let mut r = record(&source, judged.item_mime, 0, elapsed_ms);
             withhold(&mut r, how);
             self.records.push(r);
             self.items
@@ -221,13 +225,11 @@ impl Collected {
             }
             self.seen.push((h, source.uri.clone()));
         }
-        let mut r = record(
-            &source,
-            judged.mime_type.clone(),
-            judged.bytes,
-            elapsed_ms,
-            None,
-        );
+        let mut r = record(&source, judged.mime_type.clone(), judged.bytes, elapsed_ms);
+        // A refused or unconvertible item: fitting puts the why in its error.
+        if let Some(problem) = &judged.problem {
+            r.outcome = problem.outcome();
+        }
         r.cache_hit = cache_hit;
         r.consent.clone_from(&p.consent);
         self.records.push(r);

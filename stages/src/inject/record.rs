@@ -1,17 +1,18 @@
 //! The trace records of one injection: a [`ReadRecord`] per attachment or content item,
 //! completed with what fitting did to it, and the fitting's notes and warnings.
 
-use hostpipe_core::{BlockSource, ReadOrigin, ReadRecord, TraceEvent, Treatment, Turn};
+use hostpipe_core::{
+    BlockSource, ReadOrigin, ReadOutcome, ReadRecord, TraceEvent, Treatment, Turn,
+};
 
 use crate::fit::FitOutcome;
 
-/// The record of a host read of `source`, not yet fitted.
+/// The record of a host read of `source` that went through, not yet fitted.
 pub(super) fn record(
     source: &BlockSource,
     mime: Option<String>,
     bytes: usize,
     elapsed_ms: u64,
-    error: Option<String>,
 ) -> ReadRecord {
     ReadRecord {
         server: source.server.clone(),
@@ -25,7 +26,8 @@ pub(super) fn record(
         treatment: Treatment::Omitted,
         elapsed_ms,
         cache_hit: false,
-        error,
+        outcome: ReadOutcome::Read,
+        error: None,
         origin: ReadOrigin::Host,
         consent: None,
         passages: Vec::new(),
@@ -51,7 +53,8 @@ pub(super) fn finish(
         r.passages = f.passages;
         r.reason = f.reason;
         if let Some(w) = f.warning {
-            if r.error.is_none() && f.refused {
+            // What the policy or the conversion refused says why in the warning.
+            if r.error.is_none() && !r.outcome.is_read() {
                 r.error = Some(w.clone());
             }
             turn.trace.warn(w);

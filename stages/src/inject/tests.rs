@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use hostpipe_core::{
     Attachment, AttachmentTarget, BlockBody, BoundServer, BuildContext, Consent, ConsentConfig,
-    ConsentPolicy, ConsentRule, Decision, FallbackReason, McpSource, ModelProfile, ReadRecord,
-    ResourceContents, Scope, ServerStatus, Stage, StageOutcome, Treatment, Turn,
+    ConsentPolicy, ConsentRule, Decision, FallbackReason, McpSource, ModelProfile, ReadOutcome,
+    ReadRecord, ResourceContents, Scope, ServerStatus, Stage, StageOutcome, Treatment, Turn,
 };
 
 use super::{AttachmentConfig, InjectConfig, ResourceContextInjection};
@@ -171,6 +171,7 @@ async fn a_document_that_fits_goes_in_whole() {
     assert_eq!(turn.context.len(), 1);
     assert_eq!(text_of(&turn, "kb://notes.md"), SHORT);
     let r = read_of(&turn, "kb://notes.md");
+    assert_eq!(r.outcome, ReadOutcome::Read);
     assert_eq!(r.treatment, Treatment::Whole);
     assert_eq!(r.error, None);
     assert_eq!(r.bytes, SHORT.len());
@@ -279,7 +280,9 @@ async fn a_template_a_blob_and_an_image_are_read_and_converted() {
         "{chart:?}"
     );
     assert!(
-        reads(&turn).iter().all(|r| r.error.is_none()),
+        reads(&turn)
+            .iter()
+            .all(|r| r.error.is_none() && r.outcome == ReadOutcome::Read),
         "{:?}",
         reads(&turn)
     );
@@ -314,6 +317,7 @@ async fn a_read_the_consent_policy_denies_is_withheld_and_never_reaches_the_serv
         "[resource secret://plan.md from `secret` withheld: reading it was not allowed]"
     );
     let r = read_of(&turn, "secret://plan.md");
+    assert_eq!(r.outcome, ReadOutcome::Withheld);
     assert_eq!(
         r.error.as_deref(),
         Some("withheld: denied by rules[0] (server secret)")
@@ -354,6 +358,7 @@ async fn a_failed_read_is_recorded_and_the_turn_goes_on() {
         "[resource kb://broken.md from `kb` not included: the server reported an error]"
     );
     let r = read_of(&turn, "kb://broken.md");
+    assert_eq!(r.outcome, ReadOutcome::Failed);
     assert_eq!(
         r.error.as_deref(),
         Some("MCP server `kb`: resources/read failed with JSON-RPC error -32603: disk on fire")
@@ -361,6 +366,7 @@ async fn a_failed_read_is_recorded_and_the_turn_goes_on() {
     assert_eq!(r.treatment, Treatment::Omitted);
     assert_eq!(text_of(&turn, "kb://notes.md"), SHORT);
     assert_eq!(read_of(&turn, "kb://notes.md").error, None);
+    assert_eq!(read_of(&turn, "kb://notes.md").outcome, ReadOutcome::Read);
 }
 
 #[tokio::test]
@@ -388,6 +394,7 @@ async fn a_resource_for_the_user_only_is_not_read() {
     let mut turn = turn("hello");
     run(&stage, &mut turn).await;
     let r = read_of(&turn, "kb://private.md");
+    assert_eq!(r.outcome, ReadOutcome::NotRead);
     assert_eq!(
         r.error.as_deref(),
         Some("not read: its audience is the user only")
@@ -458,11 +465,96 @@ async fn an_item_under_a_denied_uri_is_withheld_on_its_own() {
         "[resource kb://private/salaries from `kb` withheld: reading it was not allowed]"
     );
     let r = read_of(&turn, "kb://private/salaries");
+    assert_eq!(r.outcome, ReadOutcome::Withheld);
     assert_eq!(
         r.error.as_deref(),
         Some("withheld: denied by rules[0] (uri kb://private/*)")
     );
     assert_eq!(r.bytes, 0);
     assert_eq!(read_of(&turn, "kb://bundle").error, None);
+    assert_eq!(read_of(&turn, "kb://bundle").outcome, ReadOutcome::Read);
     assert_eq!(mcp.reads().len(), 1);
+}
+
+#[tokio::test]
+async fn what_the_limits_refuse_is_withheld_and_what_cannot_be_converted_failed() {
+    let blob = |uri: &str, mime: &str, data: Vec<u8>| ResourceContents::Blob {
+        uri: uri.into(),
+        mime_type: Some(mime.into()),
+        data,
+    };
+    // Unlisted, so that nothing is known before the read.
+    let mcp = Arc::new(
+        FakeSource::new()
+            .with_contents(
+                "kb",
+                "kb://big.bin",
+                vec![blob(
+                    "kb://big.bin",
+                    "application/octet-stream",
+                    vec![0; 2048],
+                )],
+            )
+            .with_contents(
+                "kb",
+                "kb://bad.png",
+                vec![blob("kb://bad.png", "image/png", b"not a png".to_vec())],
+            ),
+    );
+    let stage = stage(
+        mcp,
+        InjectConfig {
+            budget_tokens: Some(1000),
+            max_resource_bytes: 1024,
+            attachments: vec![uri("kb", "kb://big.bin"), uri("kb", "kb://bad.png")],
+            ..InjectConfig::default()
+        },
+    );
+    let mut turn = turn("hello");
+    run(&stage, &mut turn).await;
+    let big = read_of(&turn, "kb://big.bin");
+    assert_eq!(big.outcome, ReadOutcome::Withheld);
+    assert_eq!(
+        big.error.as_deref(),
+        Some("kb://big.bin from `kb` refused: 2048 bytes is over max_resource_bytes (1024)")
+    );
+    assert_eq!(
+        text_of(&turn, "kb://big.bin"),
+        "[resource kb://big.bin from `kb` not included: too large or not allowed]"
+    );
+    let bad = read_of(&turn, "kb://bad.png");
+    assert_eq!(bad.outcome, ReadOutcome::Failed);
+    assert_eq!(
+        bad.error.as_deref(),
+        Some(
+            "kb://bad.png from `kb` refused: not a decodable image: The image format could not be determined"
+        )
+    );
+}
+
+#[tokio::test]
+async fn an_attachment_on_a_server_not_bound_is_not_read() {
+    let mcp = source();
+    let stage = stage(
+        Arc::clone(&mcp),
+        InjectConfig {
+            budget_tokens: Some(1000),
+            attachments: vec![uri("secret", "secret://plan.md")],
+            ..InjectConfig::default()
+        },
+    );
+    let mut turn = turn("hello");
+    turn.bound_servers.truncate(1);
+    run(&stage, &mut turn).await;
+    let r = read_of(&turn, "secret://plan.md");
+    assert_eq!(r.outcome, ReadOutcome::NotRead);
+    assert_eq!(
+        r.error.as_deref(),
+        Some("server `secret` is not bound for this turn (bound: kb)")
+    );
+    assert_eq!(
+        text_of(&turn, "secret://plan.md"),
+        "[resource secret://plan.md from `secret` not included: the server is not bound for this turn]"
+    );
+    assert!(mcp.reads().is_empty());
 }

@@ -16,10 +16,10 @@ use std::time::Instant;
 use async_trait::async_trait;
 use hostpipe_core::trace::ReadSink;
 use hostpipe_core::{
-    CallOrigin, Consent, ConsentRequest, Decision, McpSource, ModelProfile, ReadOrigin, ReadRecord,
-    ResourceContents, Scope, Tokenizer, ToolCallRecord, ToolCallRequest, ToolCallResult,
-    ToolContent, ToolError, ToolExecutor, ToolHints, ToolOrigin, Treatment, TruncationSide,
-    cap_json,
+    CallOrigin, Consent, ConsentRequest, Decision, McpSource, ModelProfile, ReadOrigin,
+    ReadOutcome, ReadRecord, ResourceContents, Scope, Tokenizer, ToolCallRecord, ToolCallRequest,
+    ToolCallResult, ToolContent, ToolError, ToolExecutor, ToolHints, ToolOrigin, Treatment,
+    TruncationSide, cap_json,
 };
 
 use super::{LIST_RESOURCES, READ_RESOURCE};
@@ -306,6 +306,7 @@ impl BoundTools {
             treatment: Treatment::Whole,
             elapsed_ms: 0,
             cache_hit: false,
+            outcome: ReadOutcome::Read,
             error: None,
             origin: ReadOrigin::Model,
             consent: None,
@@ -347,6 +348,7 @@ impl BoundTools {
         let read = match read {
             Ok(r) => r,
             Err(e) => {
+                record.outcome = ReadOutcome::Failed;
                 record.error = Some(e.to_string());
                 record.treatment = Treatment::Omitted;
                 self.reads.push(record);
@@ -395,6 +397,9 @@ impl BoundTools {
                     item,
                 )
                 .await;
+            if let Some(problem) = &judged.problem {
+                record.outcome = problem.outcome();
+            }
             match &judged.problem {
                 Some(ItemProblem::Withheld { how }) => {
                     record.error = Some(format!("withheld ({}): {how}", judged.uri));

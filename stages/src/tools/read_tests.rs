@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use hostpipe_core::{
     Annotations, BoundServer, Consent, ConsentConfig, ConsentPolicy, ConsentRule, Decision,
-    McpSource, ReadOrigin, ReadRecord, ResourceContents, Role, ServerStatus, Stage, ToolCallResult,
-    ToolContent, ToolError, Turn,
+    McpSource, ReadOrigin, ReadOutcome, ReadRecord, ResourceContents, Role, ServerStatus, Stage,
+    ToolCallResult, ToolContent, ToolError, Turn,
 };
 use serde_json::json;
 
@@ -116,6 +116,7 @@ async fn the_model_reads_a_resource() {
     assert!(!result.is_error);
     assert_eq!(texts(&result), ["# Notes\n\nVersion 2.\n"]);
     assert_eq!((r.origin, r.error, r.bytes), (ReadOrigin::Model, None, 20));
+    assert_eq!(r.outcome, ReadOutcome::Read);
 }
 
 #[tokio::test]
@@ -137,6 +138,7 @@ async fn a_read_the_policy_denies_the_model_is_withheld() {
         Some("withheld: denied by rules[0] (server kb)")
     );
     assert_eq!(r.consent.as_deref(), Some("denied by rules[0] (server kb)"));
+    assert_eq!(r.outcome, ReadOutcome::Withheld);
 }
 
 #[tokio::test]
@@ -151,6 +153,7 @@ async fn a_resource_for_the_user_only_is_not_read_by_the_model() {
         r.error.as_deref(),
         Some("not read: its audience is the user only")
     );
+    assert_eq!(r.outcome, ReadOutcome::NotRead);
     assert!(mcp.reads().is_empty());
 }
 
@@ -163,6 +166,7 @@ async fn a_failed_read_is_the_tool_call_s_error() {
         "MCP server `kb`: resources/read failed with JSON-RPC error -32603: disk on fire"
     );
     assert_eq!(r.error.as_deref(), Some(e.as_str()));
+    assert_eq!(r.outcome, ReadOutcome::Failed);
 }
 
 #[tokio::test]
@@ -184,4 +188,5 @@ async fn an_item_under_a_denied_uri_is_withheld_from_the_model() {
         r.error.as_deref(),
         Some("withheld (kb://private/salaries): denied by rules[0] (uri kb://private/*)")
     );
+    assert_eq!(r.outcome, ReadOutcome::Withheld);
 }
