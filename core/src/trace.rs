@@ -187,6 +187,31 @@ pub struct PassageRecord {
     pub cut: bool,
 }
 
+/// How a stage finished ([`TraceEvent::StageFinished`]): serialized `continue`, `reply`
+/// or `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageOutcomeKind {
+    /// The turn went on ([`StageOutcome::Continue`](crate::StageOutcome::Continue)).
+    Continue,
+    /// The stage ended the turn with a reply
+    /// ([`StageOutcome::Reply`](crate::StageOutcome::Reply)).
+    Reply,
+    /// The stage failed (or panicked); the turn ended with an error reply.
+    Error,
+}
+
+impl StageOutcomeKind {
+    /// `continue`, `reply` or `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Continue => "continue",
+            Self::Reply => "reply",
+            Self::Error => "error",
+        }
+    }
+}
+
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -200,8 +225,8 @@ pub enum TraceEvent {
     StageFinished {
         /// Stage name.
         stage: String,
-        /// `continue`, `reply` or `error`.
-        outcome: String,
+        /// How it finished.
+        outcome: StageOutcomeKind,
         /// Duration in milliseconds.
         elapsed_ms: u64,
     },
@@ -399,5 +424,52 @@ impl Trace {
     /// Time since the turn started.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stage_outcome_is_written_as_before() {
+        let event = TraceEvent::StageFinished {
+            stage: "a".into(),
+            outcome: StageOutcomeKind::Reply,
+            elapsed_ms: 3,
+        };
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"event": "stage_finished", "stage": "a", "outcome": "reply", "elapsed_ms": 3})
+        );
+        assert_eq!(serde_json::from_value::<TraceEvent>(json).unwrap(), event);
+    }
+
+    #[test]
+    fn a_read_record_without_an_outcome_still_parses() {
+        let old = serde_json::json!({
+            "server": "kb", "uri": "kb://a", "scope": "pipeline", "bytes": 3,
+            "tokens_before": 1, "tokens_after": 1, "treatment": {"kind": "whole"},
+            "elapsed_ms": 0, "error": null
+        });
+        let r: ReadRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(r.outcome, ReadOutcome::Read);
+        let mut json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["outcome"], "read");
+        json["outcome"] = "not_read".into();
+        let r: ReadRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(r.outcome, ReadOutcome::NotRead);
+        for o in [
+            ReadOutcome::Read,
+            ReadOutcome::Withheld,
+            ReadOutcome::NotRead,
+            ReadOutcome::Failed,
+        ] {
+            assert_eq!(ReadOutcome::parse(o.as_str()), Some(o));
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+        assert_eq!(ReadOutcome::parse("withheld: x"), None);
     }
 }
