@@ -37,7 +37,7 @@ use hostpipe_core::{
 use self::config::Options;
 pub use self::config::{AttachmentConfig, InjectConfig};
 use crate::config::parse_section;
-use crate::fit::{FitOptions, FitQuery, fit};
+use crate::fit::{FitOptions, FitOutcome, FitQuery, Item, fit};
 use crate::reader::ReadPolicy;
 
 /// How many recent user messages are looked at for the `history_messages` with terms.
@@ -84,13 +84,13 @@ impl ResourceContextInjection {
     }
 
     /// Fits what was read into `budget` tokens for the turn's message and recent history.
-    async fn fit(
+    async fn fit_items(
         &self,
         turn: &Turn,
-        items: Vec<crate::fit::Item>,
+        items: Vec<Item>,
         budget: usize,
         tk: &Tokenizer,
-    ) -> crate::fit::FitOutcome {
+    ) -> FitOutcome {
         // Recent user messages join the query of a follow-up, most recent first.
         let history: Vec<&str> = turn
             .history
@@ -139,7 +139,7 @@ impl Stage for ResourceContextInjection {
             read::read_all(self.mcp.as_ref(), planned, turn.deadline).await
         };
         let collected = read::collect(turn, &self.policy, fetched).await;
-        let outcome = self.fit(turn, collected.items, budget, &tk).await;
+        let outcome = self.fit_items(turn, collected.items, budget, &tk).await;
         record::finish(turn, outcome, collected.records, refused);
         Ok(StageOutcome::Continue)
     }
