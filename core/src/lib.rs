@@ -73,7 +73,8 @@ pub use summarize::{SummarizeError, Summarizer};
 pub use tokens::{Encoding, Tokenizer, Truncation};
 pub use tool::{ToolError, ToolExecutor, ToolFilter, ToolOrigin, ToolSpec, ToolsOnly};
 pub use trace::{
-    CallOrigin, PassageRecord, ReadRecord, ReadSink, ToolCallRecord, Trace, TraceEvent, TraceRecord,
+    CallOrigin, PassageRecord, ReadOutcome, ReadRecord, ReadSink, StageOutcomeKind, ToolCallRecord,
+    Trace, TraceEvent, TraceRecord,
 };
 pub use turn::{BoundServer, HistoryMessage, Turn, TurnIds, UserMessage, Variables};
 

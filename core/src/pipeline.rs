@@ -20,7 +20,7 @@ use crate::model::ModelProfile;
 use crate::run::{EventSink, RunReply, RunRequest, Runner, collect_reply_tapped};
 use crate::stage::{Stage, StageOutcome};
 use crate::store::{AttachmentStore, InjectionRecord, PinOwner};
-use crate::trace::{Trace, TraceEvent};
+use crate::trace::{StageOutcomeKind, Trace, TraceEvent};
 use crate::turn::Turn;
 
 /// A named stage in a pipeline.
@@ -449,20 +449,25 @@ impl Pipeline {
             };
             let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let (outcome, end) = match result {
-                Ok(StageOutcome::Continue) => ("continue", None),
-                Ok(StageOutcome::Reply(text)) => ("reply", Some((text, TurnStatus::Ended))),
+                Ok(StageOutcome::Continue) => (StageOutcomeKind::Continue, None),
+                Ok(StageOutcome::Reply(text)) => {
+                    (StageOutcomeKind::Reply, Some((text, TurnStatus::Ended)))
+                }
                 Err(e) => {
                     turn.trace.warn(format!("stage `{}` failed: {e}", s.name));
                     let text = format!(
                         "Sorry, this message could not be handled: stage `{}` failed: {e}",
                         s.name
                     );
-                    ("error", Some((text, TurnStatus::StageFailed)))
+                    (
+                        StageOutcomeKind::Error,
+                        Some((text, TurnStatus::StageFailed)),
+                    )
                 }
             };
             turn.trace.record(TraceEvent::StageFinished {
                 stage: s.name.clone(),
-                outcome: outcome.into(),
+                outcome,
                 elapsed_ms,
             });
             if let Some((reply, status)) = end {
@@ -657,6 +662,7 @@ mod tests {
                         treatment: crate::Treatment::Whole,
                         elapsed_ms: 1,
                         cache_hit: false,
+                        outcome: crate::ReadOutcome::Read,
                         error: None,
                         origin: crate::ReadOrigin::Host,
                         consent: None,
@@ -803,12 +809,18 @@ mod tests {
             .iter()
             .filter_map(|r| match &r.event {
                 TraceEvent::StageFinished { stage, outcome, .. } => {
-                    Some((stage.as_str(), outcome.as_str()))
+                    Some((stage.as_str(), *outcome))
                 }
                 _ => None,
             })
             .collect();
-        assert_eq!(stages, [("a", "continue"), ("b", "continue")]);
+        assert_eq!(
+            stages,
+            [
+                ("a", StageOutcomeKind::Continue),
+                ("b", StageOutcomeKind::Continue)
+            ]
+        );
     }
 
     #[tokio::test]

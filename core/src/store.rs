@@ -207,7 +207,9 @@ pub struct HistoryQuery {
     pub since_ms: Option<i64>,
     /// Only turns that started before this time (Unix ms).
     pub until_ms: Option<i64>,
-    /// Only reads that failed.
+    /// Only reads that did not go through ([`ReadOutcome`](crate::ReadOutcome) other than
+    /// `read`: withheld, not read, failed); for tool calls, those that failed, were
+    /// withheld or that the tool reported as errors.
     pub errors_only: bool,
     /// At most this many records (default 100; a store may cap it at 10 000).
     pub limit: u32,
@@ -243,7 +245,7 @@ impl HistoryQuery {
             && self.server.as_ref().is_none_or(|s| &r.read.server == s)
             && self.since_ms.is_none_or(|t| r.at_ms >= t)
             && self.until_ms.is_none_or(|t| r.at_ms < t)
-            && (!self.errors_only || r.read.error.is_some())
+            && (!self.errors_only || !r.read.outcome.is_read())
     }
 
     /// Whether `c` passes the filters (`errors_only`: calls that failed, were withheld or
@@ -887,6 +889,11 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
         treatment: crate::Treatment::Chunked { kept: 2, total: 5 },
         elapsed_ms: 12,
         cache_hit: true,
+        outcome: if error.is_some() {
+            crate::ReadOutcome::Withheld
+        } else {
+            crate::ReadOutcome::Read
+        },
         error: error.map(str::to_owned),
         origin: if error.is_some() {
             crate::ReadOrigin::Model
@@ -929,6 +936,7 @@ pub async fn check_store(store: &dyn AttachmentStore) -> Result<(), String> {
         vec![("t2", 0), ("t1", 0), ("t1", 1)],
     )?;
     expect("a record round trip", &all[1], &t1[0])?;
+    expect("a withheld read's round trip", &all[0], &t2[0])?;
     let q = |f: fn(&mut HistoryQuery)| {
         let mut q = HistoryQuery::default();
         f(&mut q);

@@ -35,7 +35,12 @@ pub struct ReadRecord {
     /// Whether the content came from hostpipe's cache instead of a `resources/read`.
     #[serde(default)]
     pub cache_hit: bool,
-    /// The error, if the read failed (or was withheld: `withheld: …`).
+    /// What became of the read ([`ReadOutcome`]): decide on this, not on `error`'s text.
+    /// Absent from JSON written before it existed: [`ReadOutcome::Read`].
+    #[serde(default)]
+    pub outcome: ReadOutcome,
+    /// What went wrong, for people: the server's error, `withheld: …` (the consent
+    /// decision), `not read: …` (the policy's reason); `None` when the read went through.
     pub error: Option<String>,
     /// Who chose the read: the host (an attachment) or the model (`read_resource`).
     #[serde(default)]
@@ -52,6 +57,52 @@ pub struct ReadRecord {
     /// message`, `its best passage ranked 14th; the budget ran out at rank 9`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// What became of one read ([`ReadRecord::outcome`]). Whether what was read then went
+/// to the model, whole or in part, is the record's treatment and token counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadOutcome {
+    /// Read and converted (a cached content counts: see [`ReadRecord::cache_hit`]).
+    #[default]
+    Read,
+    /// The pipeline's policy kept it from the model: the consent gate denied it (the read
+    /// never reached the server), or the byte or MIME limits refused what the server sent.
+    /// The model is told it was withheld or not included, not that it does not exist.
+    Withheld,
+    /// Left out before reading, never sent to the server: its listing says it is for the
+    /// user only (`annotations.audience`), or has a MIME type or size the policy refuses;
+    /// or the attachment could not be resolved (a template that could not be filled in,
+    /// a server not bound for the turn). `error` says which.
+    NotRead,
+    /// The server failed (an error, no answer in time, the turn's deadline), or the
+    /// conversion of what it sent failed (e.g. an image that cannot be decoded).
+    Failed,
+}
+
+impl ReadOutcome {
+    /// `read`, `withheld`, `not_read` or `failed` (as serialized and stored).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Withheld => "withheld",
+            Self::NotRead => "not_read",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// The outcome [`ReadOutcome::as_str`] gives `s`; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Read, Self::Withheld, Self::NotRead, Self::Failed]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
+
+    /// Whether the read went through ([`ReadOutcome::Read`]).
+    pub fn is_read(self) -> bool {
+        self == Self::Read
+    }
 }
 
 /// Who made a tool call.
@@ -136,6 +187,31 @@ pub struct PassageRecord {
     pub cut: bool,
 }
 
+/// How a stage finished ([`TraceEvent::StageFinished`]): serialized `continue`, `reply`
+/// or `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageOutcomeKind {
+    /// The turn went on ([`StageOutcome::Continue`](crate::StageOutcome::Continue)).
+    Continue,
+    /// The stage ended the turn with a reply
+    /// ([`StageOutcome::Reply`](crate::StageOutcome::Reply)).
+    Reply,
+    /// The stage failed (or panicked); the turn ended with an error reply.
+    Error,
+}
+
+impl StageOutcomeKind {
+    /// `continue`, `reply` or `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Continue => "continue",
+            Self::Reply => "reply",
+            Self::Error => "error",
+        }
+    }
+}
+
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -149,8 +225,8 @@ pub enum TraceEvent {
     StageFinished {
         /// Stage name.
         stage: String,
-        /// `continue`, `reply` or `error`.
-        outcome: String,
+        /// How it finished.
+        outcome: StageOutcomeKind,
         /// Duration in milliseconds.
         elapsed_ms: u64,
     },
@@ -348,5 +424,52 @@ impl Trace {
     /// Time since the turn started.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stage_outcome_is_written_as_before() {
+        let event = TraceEvent::StageFinished {
+            stage: "a".into(),
+            outcome: StageOutcomeKind::Reply,
+            elapsed_ms: 3,
+        };
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"event": "stage_finished", "stage": "a", "outcome": "reply", "elapsed_ms": 3})
+        );
+        assert_eq!(serde_json::from_value::<TraceEvent>(json).unwrap(), event);
+    }
+
+    #[test]
+    fn a_read_record_without_an_outcome_still_parses() {
+        let old = serde_json::json!({
+            "server": "kb", "uri": "kb://a", "scope": "pipeline", "bytes": 3,
+            "tokens_before": 1, "tokens_after": 1, "treatment": {"kind": "whole"},
+            "elapsed_ms": 0, "error": null
+        });
+        let r: ReadRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(r.outcome, ReadOutcome::Read);
+        let mut json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["outcome"], "read");
+        json["outcome"] = "not_read".into();
+        let r: ReadRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(r.outcome, ReadOutcome::NotRead);
+        for o in [
+            ReadOutcome::Read,
+            ReadOutcome::Withheld,
+            ReadOutcome::NotRead,
+            ReadOutcome::Failed,
+        ] {
+            assert_eq!(ReadOutcome::parse(o.as_str()), Some(o));
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+        assert_eq!(ReadOutcome::parse("withheld: x"), None);
     }
 }

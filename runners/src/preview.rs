@@ -171,9 +171,9 @@ impl PreviewReport {
                 if r.tokens_estimated { "≈" } else { "" },
                 r.tokens_before
             );
-            let treatment = match (&r.error, r.tokens_after, &r.treatment) {
-                (Some(_), 0, _) => "not included".to_owned(),
-                (None, 0, Treatment::Omitted) => "left out".to_owned(),
+            let treatment = match (r.outcome.is_read(), r.tokens_after, &r.treatment) {
+                (false, 0, _) => "not included".to_owned(),
+                (true, 0, Treatment::Omitted) => "left out".to_owned(),
                 _ => treatment_label(&r.treatment),
             };
             let _ = writeln!(

@@ -34,6 +34,8 @@ pub mod prompt;
 pub mod reader;
 pub mod retrieval;
 pub mod summarize;
+#[cfg(test)]
+mod testkit;
 mod tools;
 pub mod uri_template;
 

@@ -9,18 +9,26 @@
 //!    `annotations.audience` is only `["user"]` never goes to the model; nor does one
 //!    whose listed MIME type the policy refuses or whose listed `size` is over
 //!    `max_resource_bytes`.
-//! 3. After the read, per content item ([`ReadPolicy::refuse_item`]): the byte limits
-//!    and the MIME policy again, on what arrived.
+//! 3. After the read, per content item ([`ItemReader`]): the consent gate again for an
+//!    item under another URI, then the byte limits and the MIME policy on what arrived
+//!    ([`ReadPolicy::refuse_item`]).
 //! 4. Conversion ([`convert_item`]): by the MIME type of the read result, which wins
 //!    over the listing's (see [`crate::convert`]). Images are decoded off the async
 //!    workers.
 //!
-//! The consent gate is asked before step 2's read and for every item that comes back
-//! under another URI; callers do that with their turn's gate.
+//! The consent gate ([`Gate`]) is asked before the read and, by [`ItemReader`], for
+//! every item that comes back under another URI than the one read. What the model is
+//! told of a resource it does not get is written here too ([`withheld_note`],
+//! [`refused_note`]), and so is what the read's record says ([`withhold`],
+//! [`not_read`]).
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use hostpipe_core::{McpSource, ModelProfile, ResourceContents, TemplateRef};
+use hostpipe_core::{
+    Consent, ConsentRequest, McpSource, ModelProfile, ReadOrigin, ReadOutcome, ReadRecord,
+    ResourceContents, TemplateRef, Treatment, Turn, Verdict,
+};
 
 use crate::convert::{ConvertLimits, Converted, ResourceMeta, convert};
 use crate::uri_template;
@@ -227,4 +235,225 @@ pub async fn convert_item(
             error: format!("image conversion failed: {e}"),
             note: "[image resource not shown: conversion failed]".into(),
         })
+}
+
+/// What the model is told of `uri` from `server` when the consent gate withheld it: not
+/// that it does not exist.
+pub fn withheld_note(uri: &str, server: &str) -> String {
+    format!("[resource {uri} from `{server}` withheld: reading it was not allowed]")
+}
+
+/// What the model is told of a content item `uri` from `server` that the byte or MIME
+/// limits refused after the read.
+pub fn refused_note(uri: &str, server: &str) -> String {
+    format!("[resource {uri} from `{server}` not included: too large or not allowed]")
+}
+
+/// Marks `record` as withheld by the consent gate, which decided `how`
+/// ([`Verdict::how`]): nothing of it reached the model.
+pub fn withhold(record: &mut ReadRecord, how: &str) {
+    record.outcome = ReadOutcome::Withheld;
+    record.error = Some(format!("withheld: {how}"));
+    record.consent = Some(how.to_owned());
+    record.treatment = Treatment::Omitted;
+}
+
+/// Marks `record` as not read, for `why` ([`ReadPolicy::refuse_listed`]): it never
+/// reached the server.
+pub fn not_read(record: &mut ReadRecord, why: &str) {
+    record.outcome = ReadOutcome::NotRead;
+    record.error = Some(format!("not read: {why}"));
+    record.treatment = Treatment::Omitted;
+}
+
+/// The consent gate as a reader asks it: the pipeline's gate (none when it has no
+/// policy), the turn's ids and who reads, and when to stop waiting for an approver.
+#[derive(Clone)]
+pub struct Gate {
+    consent: Option<Arc<Consent>>,
+    /// The request, its server, URI and (when given) reason filled in per question.
+    request: ConsentRequest,
+    deadline: Option<Instant>,
+}
+
+impl Gate {
+    /// `consent` asked with `request`'s ids, origin and default reason, never past
+    /// `deadline`.
+    pub fn new(
+        consent: Option<Arc<Consent>>,
+        request: ConsentRequest,
+        deadline: Option<Instant>,
+    ) -> Self {
+        Self {
+            consent,
+            request,
+            deadline,
+        }
+    }
+
+    /// The gate of `turn`, for reads by `origin`, until the turn's deadline.
+    pub fn of_turn(turn: &Turn, origin: ReadOrigin) -> Self {
+        Self::new(
+            turn.consent.clone(),
+            turn.consent_request("", "", origin, ""),
+            turn.deadline,
+        )
+    }
+
+    /// Whether `uri` of `server` may be read, for `reason` (else the request's own);
+    /// `None` when the pipeline has no consent policy (every read is allowed). An
+    /// approver that has not answered by the deadline is a denial. Cancel-safe.
+    pub async fn ask(&self, server: &str, uri: &str, reason: Option<String>) -> Option<Verdict> {
+        let gate = self.consent.as_ref()?;
+        let mut request = self.request.clone();
+        server.clone_into(&mut request.server);
+        uri.clone_into(&mut request.uri);
+        if let Some(reason) = reason {
+            request.reason = reason;
+        }
+        Some(hostpipe_core::consent::check_until(gate, &request, self.deadline).await)
+    }
+}
+
+/// Why one content item does not reach the model as it came ([`ReadItem::problem`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemProblem {
+    /// The consent gate denied its URI (an item under another URI than the one read);
+    /// `how` is [`Verdict::how`].
+    Withheld {
+        /// How the gate decided.
+        how: String,
+    },
+    /// The byte or MIME limits refused it after the read.
+    Refused {
+        /// Which limit, with the numbers.
+        error: String,
+    },
+    /// Its conversion failed (e.g. an image that is not decodable or too large to decode).
+    ConversionFailed {
+        /// Why.
+        error: String,
+    },
+}
+
+impl ItemProblem {
+    /// The read's outcome when this is its problem: withheld by the policy (consent, or
+    /// the byte and MIME limits), or failed (the conversion).
+    pub fn outcome(&self) -> ReadOutcome {
+        match self {
+            Self::Withheld { .. } | Self::Refused { .. } => ReadOutcome::Withheld,
+            Self::ConversionFailed { .. } => ReadOutcome::Failed,
+        }
+    }
+}
+
+/// One content item of a read, judged and converted ([`ItemReader::judge`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadItem {
+    /// The item's URI (which may differ from the one read).
+    pub uri: String,
+    /// The item's own MIME type.
+    pub item_mime: Option<String>,
+    /// The MIME type it was judged and converted by: the item's, else the listing's.
+    pub mime_type: Option<String>,
+    /// Its bytes (text as UTF-8, blobs decoded); 0 when withheld (not counted).
+    pub bytes: usize,
+    /// What the model gets: the content, or a note saying why not.
+    pub converted: Converted,
+    /// Why the model does not get it as it came; `None` when it does.
+    pub problem: Option<ItemProblem>,
+}
+
+/// Judges the content items of the reads of one turn under one policy, in order: the
+/// consent gate for an item under another URI than the one read, then the byte limits
+/// (counting the bytes of every item judged by this reader) and the MIME policy, then
+/// the conversion.
+pub struct ItemReader<'a> {
+    policy: &'a ReadPolicy,
+    model: &'a Arc<ModelProfile>,
+    gate: &'a Gate,
+    /// Bytes of the items judged so far (withheld ones aside).
+    turn_bytes: usize,
+}
+
+impl<'a> ItemReader<'a> {
+    /// A reader under `policy`, converting for `model`, asking `gate`.
+    pub fn new(policy: &'a ReadPolicy, model: &'a Arc<ModelProfile>, gate: &'a Gate) -> Self {
+        Self {
+            policy,
+            model,
+            gate,
+            turn_bytes: 0,
+        }
+    }
+
+    /// Judges `item`, which came back from reading `read_uri` on `server` (`listed`
+    /// describes that resource); `reason` is what the approver is told when the item is
+    /// under another URI (e.g. `returned by the read of kb://a`).
+    pub async fn judge(
+        &mut self,
+        server: &str,
+        read_uri: &str,
+        listed: &Listed,
+        reason: impl FnOnce() -> String,
+        item: ResourceContents,
+    ) -> ReadItem {
+        let uri = item.uri().to_owned();
+        let item_mime = item.mime_type().map(str::to_owned);
+        if uri != read_uri
+            && let Some(v) = self.gate.ask(server, &uri, Some(reason())).await
+            && !v.allowed
+        {
+            return ReadItem {
+                converted: Converted::Fallback {
+                    reason: hostpipe_core::FallbackReason::Withheld {
+                        decision: v.how.clone(),
+                    },
+                    note: withheld_note(&uri, server),
+                },
+                problem: Some(ItemProblem::Withheld { how: v.how }),
+                uri,
+                item_mime,
+                mime_type: None,
+                bytes: 0,
+            };
+        }
+        let bytes = item.byte_len();
+        self.turn_bytes += bytes;
+        let mime_type = item_mime
+            .clone()
+            .or_else(|| listed.meta.listed_mime.clone());
+        let (converted, problem) =
+            match self
+                .policy
+                .refuse_item(bytes, self.turn_bytes, mime_type.as_deref())
+            {
+                Some(error) => (
+                    Converted::Refused {
+                        error: error.clone(),
+                        note: refused_note(&uri, server),
+                    },
+                    Some(ItemProblem::Refused { error }),
+                ),
+                None => {
+                    let converted =
+                        convert_item(item, &listed.meta, self.model, &self.policy.limits).await;
+                    let problem = match &converted {
+                        Converted::Refused { error, .. } => Some(ItemProblem::ConversionFailed {
+                            error: error.clone(),
+                        }),
+                        _ => None,
+                    };
+                    (converted, problem)
+                }
+            };
+        ReadItem {
+            uri,
+            item_mime,
+            mime_type,
+            bytes,
+            converted,
+            problem,
+        }
+    }
 }

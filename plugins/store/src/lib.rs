@@ -34,8 +34,8 @@ use async_trait::async_trait;
 use hostpipe_core::store::{new_pin_id, unix_ms_now};
 use hostpipe_core::{
     ArgumentValue, AttachmentStore, AttachmentTarget, ConsentGrant, GrantKind, HistoryQuery,
-    InjectionRecord, NewPin, Pin, PinOwner, Pruned, ReadOrigin, ReadRecord, Scope, StoreError,
-    ToolCallEntry,
+    InjectionRecord, NewPin, Pin, PinOwner, Pruned, ReadOrigin, ReadOutcome, ReadRecord, Scope,
+    StoreError, ToolCallEntry,
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -45,7 +45,7 @@ use sqlx::{
 };
 
 /// The schema migrations, in order. Never edit one that has shipped: add the next.
-const MIGRATIONS: [(i64, &str, &str); 4] = [
+const MIGRATIONS: [(i64, &str, &str); 5] = [
     (
         1,
         "pins and read history",
@@ -66,7 +66,33 @@ const MIGRATIONS: [(i64, &str, &str); 4] = [
         "tool calls",
         include_str!("../migrations/0004_tool_calls.sql"),
     ),
+    (
+        5,
+        "read outcome",
+        include_str!("../migrations/0005_read_outcome.sql"),
+    ),
 ];
+
+/// The migrator of `migrations` (a prefix of [`MIGRATIONS`]), keeping its record in
+/// [`MIGRATIONS_TABLE`].
+fn migrator(migrations: &[(i64, &'static str, &'static str)]) -> Migrator {
+    let mut migrator = Migrator::with_migrations(
+        migrations
+            .iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    Cow::Borrowed(*description),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    );
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    migrator
+}
 
 /// The table that records applied migrations (not sqlx's default `_sqlx_migrations`,
 /// which the platform's own migrations may use in a shared database).
@@ -144,21 +170,7 @@ impl SqlStore {
             .connect_with(options)
             .await
             .map_err(|e| open_err(error_text(&e)))?;
-        let mut migrator = Migrator::with_migrations(
-            MIGRATIONS
-                .iter()
-                .map(|(version, description, sql)| {
-                    Migration::new(
-                        *version,
-                        Cow::Borrowed(*description),
-                        MigrationType::Simple,
-                        sql.into_sql_str(),
-                        false,
-                    )
-                })
-                .collect(),
-        );
-        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        let migrator = migrator(&MIGRATIONS);
         tokio::time::timeout(Duration::from_secs(30), migrator.run(&pool))
             .await
             .map_err(|_| open_err("the schema migration did not finish within 30 s".into()))?
@@ -299,6 +311,12 @@ impl SqlStore {
                 treatment,
                 elapsed_ms: u64::try_from(count("duration_ms")?).unwrap_or(u64::MAX),
                 cache_hit: count("cache_hit")? != 0,
+                outcome: {
+                    let outcome: String = row.try_get("outcome").map_err(get)?;
+                    ReadOutcome::parse(&outcome).ok_or_else(|| {
+                        self.corrupt("record", format!("unknown outcome `{outcome}`"))
+                    })?
+                },
                 error: row.try_get("error").map_err(get)?,
                 origin: match row.try_get::<String, _>("origin").map_err(get)?.as_str() {
                     "host" => ReadOrigin::Host,
@@ -401,7 +419,7 @@ fn target_columns(target: &AttachmentTarget) -> Result<(&'static str, &str, Stri
 }
 
 /// Columns of `hostpipe_reads` that [`SqlStore::record`] binds.
-const RECORD_COLUMNS: usize = 22;
+const RECORD_COLUMNS: usize = 23;
 
 /// Rows per INSERT statement.
 const RECORD_BATCH: usize = 500;
@@ -413,7 +431,8 @@ fn insert_records(
     let mut sql = String::from(
         "INSERT INTO hostpipe_reads (turn_id, seq, at_ms, pipeline, conversation, message, \
          server, uri, mime_type, scope, bytes, tokens_before, tokens_estimated, tokens_after, \
-         treatment, duration_ms, cache_hit, error, origin, consent, passages, reason) VALUES ",
+         treatment, duration_ms, cache_hit, error, origin, consent, passages, reason, \
+         outcome) VALUES ",
     );
     for i in 0..batch.len() {
         sql.push_str(if i > 0 { ", (" } else { "(" });
@@ -455,7 +474,8 @@ fn insert_records(
                     .then(|| serde_json::to_string(&r.read.passages).ok())
                     .flatten(),
             )
-            .bind(r.read.reason.clone());
+            .bind(r.read.reason.clone())
+            .bind(r.read.outcome.as_str());
     }
     q
 }
@@ -605,7 +625,7 @@ impl AttachmentStore for SqlStore {
     }
 
     async fn history(&self, query: &HistoryQuery) -> Result<Vec<InjectionRecord>, StoreError> {
-        let (sql, binds) = history_select("hostpipe_reads", "error IS NOT NULL", query);
+        let (sql, binds) = history_select("hostpipe_reads", "outcome <> 'read'", query);
         let rows = self
             .timed("read history", bind_all(&sql, binds).fetch_all(&self.pool))
             .await?;

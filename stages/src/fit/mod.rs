@@ -200,8 +200,6 @@ pub struct Fitted {
     pub treatment: Treatment,
     /// A problem worth a trace warning.
     pub warning: Option<String>,
-    /// Whether the warning is that the item was refused by policy.
-    pub refused: bool,
     /// The passages kept, for ranked texts.
     pub passages: Vec<PassageRecord>,
     /// Why it was left out or only partly kept.
@@ -216,7 +214,6 @@ impl Fitted {
             estimated,
             treatment: Treatment::Omitted,
             warning: None,
-            refused: false,
             passages: Vec::new(),
             reason: None,
         }

@@ -32,7 +32,6 @@ pub(super) fn whole(item: &Item, cost: usize) -> Fitted {
         },
         Converted::Refused { error, note } => {
             f.warning = Some(refusal(item, error));
-            f.refused = true;
             BlockBody::Fallback {
                 reason: FallbackReason::Binary,
                 note: note.clone(),
@@ -156,7 +155,6 @@ pub(super) async fn fit_one(
         }
         Converted::Refused { error, .. } => {
             f.warning = Some(refusal(item, error));
-            f.refused = true;
             f
         }
     }

@@ -16,15 +16,17 @@ use std::time::Instant;
 use async_trait::async_trait;
 use hostpipe_core::trace::ReadSink;
 use hostpipe_core::{
-    CallOrigin, Consent, ConsentRequest, Decision, McpSource, ModelProfile, ReadOrigin, ReadRecord,
-    ResourceContents, Scope, Tokenizer, ToolCallRecord, ToolCallRequest, ToolCallResult,
-    ToolContent, ToolError, ToolExecutor, ToolHints, ToolOrigin, Treatment, TruncationSide,
-    cap_json,
+    CallOrigin, Consent, ConsentRequest, Decision, McpSource, ModelProfile, ReadOrigin,
+    ReadOutcome, ReadRecord, ResourceContents, Scope, Tokenizer, ToolCallRecord, ToolCallRequest,
+    ToolCallResult, ToolContent, ToolError, ToolExecutor, ToolHints, ToolOrigin, Treatment,
+    TruncationSide, cap_json,
 };
 
 use super::{LIST_RESOURCES, READ_RESOURCE};
 use crate::convert::Converted;
-use crate::reader::{Listed, ReadPolicy, convert_item};
+use crate::reader::{
+    Gate, ItemProblem, ItemReader, Listed, ReadItem, ReadPolicy, not_read, withheld_note, withhold,
+};
 
 /// Executes tool calls for one turn (see the module docs).
 pub struct BoundTools {
@@ -304,6 +306,7 @@ impl BoundTools {
             treatment: Treatment::Whole,
             elapsed_ms: 0,
             cache_hit: false,
+            outcome: ReadOutcome::Read,
             error: None,
             origin: ReadOrigin::Model,
             consent: None,
@@ -319,44 +322,24 @@ impl BoundTools {
                 "the pipeline's policy does not allow it"
             };
             record.mime_type.clone_from(&listed.meta.listed_mime);
-            record.error = Some(format!("not read: {why}"));
-            record.treatment = Treatment::Omitted;
+            not_read(&mut record, &why);
             call.withheld = true;
             call.error.clone_from(&record.error);
             self.reads.push(record);
-            return Ok(ToolCallResult {
-                content: vec![ToolContent::Text {
-                    text: format!("[resource {uri} from `{server}` not read: {told}]"),
-                }],
-                structured_content: None,
-                is_error: true,
-            });
+            return Ok(error_result(format!(
+                "[resource {uri} from `{server}` not read: {told}]"
+            )));
         }
-        if let Some(gate) = &self.consent {
-            let request = ConsentRequest {
-                server: server.to_owned(),
-                uri: uri.to_owned(),
-                ..self.asker.clone()
-            };
-            let verdict = gate.check(&request).await;
+        let gate = Gate::new(self.consent.clone(), self.asker.clone(), self.deadline);
+        if let Some(verdict) = gate.ask(server, uri, None).await {
             call.consent = Some(verdict.how.clone());
             if !verdict.allowed {
-                record.error = Some(format!("withheld: {}", verdict.how));
-                record.treatment = Treatment::Omitted;
-                record.consent = Some(verdict.how);
+                withhold(&mut record, &verdict.how);
                 call.withheld = true;
                 call.error.clone_from(&record.error);
                 self.reads.push(record);
                 // Withheld, not missing: the model must not conclude it does not exist.
-                return Ok(ToolCallResult {
-                    content: vec![ToolContent::Text {
-                        text: format!(
-                            "[resource {uri} from `{server}` withheld: reading it was not allowed]"
-                        ),
-                    }],
-                    structured_content: None,
-                    is_error: true,
-                });
+                return Ok(error_result(withheld_note(uri, server)));
             }
             record.consent = Some(verdict.how);
         }
@@ -365,6 +348,7 @@ impl BoundTools {
         let read = match read {
             Ok(r) => r,
             Err(e) => {
+                record.outcome = ReadOutcome::Failed;
                 record.error = Some(e.to_string());
                 record.treatment = Treatment::Omitted;
                 self.reads.push(record);
@@ -372,7 +356,23 @@ impl BoundTools {
             }
         };
         record.cache_hit = read.cache_hit;
-        let contents = read.contents;
+        let result = self
+            .read_items(&gate, &listed, &read.contents, &mut record)
+            .await;
+        self.reads.push(record);
+        result
+    }
+
+    /// What the model gets of the `contents` of a read of `record.uri` (`listed`
+    /// describes it): each item judged under the pipeline's policy, texts truncated to
+    /// `max_read_tokens`; `record` gets the bytes, tokens and the last problem.
+    async fn read_items(
+        &self,
+        gate: &Gate,
+        listed: &Listed,
+        contents: &[ResourceContents],
+        record: &mut ReadRecord,
+    ) -> Result<ToolCallResult, ToolError> {
         record.bytes = contents.iter().map(ResourceContents::byte_len).sum();
         record.mime_type = contents
             .first()
@@ -382,92 +382,93 @@ impl BoundTools {
             tool: READ_RESOURCE.into(),
             message: e.to_string(),
         })?;
+        let (server, uri) = (record.server.clone(), record.uri.clone());
+        let mut reader = ItemReader::new(&self.policy, &self.model, gate);
         let mut content = Vec::with_capacity(contents.len());
-        let mut turn_bytes = 0usize;
         for item in contents.iter().cloned() {
             // An item under another URI is judged on its own (a denied URI never
             // reaches the model, whatever URI was asked for).
-            let item_uri = item.uri().to_owned();
-            let item_mime = item.mime_type().map(str::to_owned);
-            if item_uri != uri
-                && let Some(gate) = &self.consent
-            {
-                let request = ConsentRequest {
-                    server: server.to_owned(),
-                    uri: item_uri.clone(),
-                    reason: format!("returned by read_resource of {uri}"),
-                    ..self.asker.clone()
-                };
-                let verdict = gate.check(&request).await;
-                if !verdict.allowed {
-                    content.push(ToolContent::Text {
-                        text: format!(
-                            "[resource {item_uri} from `{server}` withheld: reading it was not allowed]"
-                        ),
-                    });
-                    record.error = Some(format!("withheld ({item_uri}): {}", verdict.how));
-                    continue;
-                }
+            let judged = reader
+                .judge(
+                    &server,
+                    &uri,
+                    listed,
+                    || format!("returned by read_resource of {uri}"),
+                    item,
+                )
+                .await;
+            if let Some(problem) = &judged.problem {
+                record.outcome = problem.outcome();
             }
-            let bytes = item.byte_len();
-            turn_bytes += bytes;
-            let mime = item_mime
-                .clone()
-                .or_else(|| listed.meta.listed_mime.clone());
-            let converted = match self.policy.refuse_item(bytes, turn_bytes, mime.as_deref()) {
-                Some(error) => {
-                    record.error = Some(format!("refused ({item_uri}): {error}"));
-                    Converted::Refused {
-                        error,
-                        note: format!(
-                            "[resource {item_uri} from `{server}` not included: too large or not allowed]"
-                        ),
-                    }
+            match &judged.problem {
+                Some(ItemProblem::Withheld { how }) => {
+                    record.error = Some(format!("withheld ({}): {how}", judged.uri));
                 }
-                None => convert_item(item, &listed.meta, &self.model, &self.policy.limits).await,
-            };
-            content.push(match converted {
-                Converted::Text(text) => {
-                    let before = tk.count(&text);
-                    record.tokens_before += before;
-                    let text = match tk.truncate(&text, self.max_read_tokens, TruncationSide::Head)
-                    {
-                        Some(t) if before > self.max_read_tokens => {
-                            record.tokens_after += t.tokens;
-                            record.treatment = Treatment::Truncated {
-                                side: TruncationSide::Head,
-                                omitted_tokens: t.omitted_tokens,
-                            };
-                            t.text
-                        }
-                        _ => {
-                            record.tokens_after += before;
-                            text
-                        }
-                    };
-                    // Resource text: the runner puts it in the turn's fence.
-                    ToolContent::Resource {
-                        contents: ResourceContents::Text {
-                            uri: item_uri,
-                            mime_type: item_mime,
-                            text,
-                        },
-                    }
+                Some(ItemProblem::Refused { error } | ItemProblem::ConversionFailed { error }) => {
+                    record.error = Some(format!("refused ({}): {error}", judged.uri));
                 }
-                Converted::Image {
-                    mime_type, data, ..
-                } => ToolContent::Image { mime_type, data },
-                Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
-                    ToolContent::Text { text: note }
-                }
-            });
+                None => {}
+            }
+            content.push(self.tool_content(judged, &tk, record));
         }
-        self.reads.push(record);
         Ok(ToolCallResult {
             content,
             structured_content: None,
             is_error: false,
         })
+    }
+
+    /// A judged item as the model gets it: resource text (truncated to
+    /// `max_read_tokens`, counted in `record`), an image, or a note.
+    fn tool_content(
+        &self,
+        judged: ReadItem,
+        tk: &Tokenizer,
+        record: &mut ReadRecord,
+    ) -> ToolContent {
+        match judged.converted {
+            Converted::Text(text) => {
+                let before = tk.count(&text);
+                record.tokens_before += before;
+                let text = match tk.truncate(&text, self.max_read_tokens, TruncationSide::Head) {
+                    Some(t) if before > self.max_read_tokens => {
+                        record.tokens_after += t.tokens;
+                        record.treatment = Treatment::Truncated {
+                            side: TruncationSide::Head,
+                            omitted_tokens: t.omitted_tokens,
+                        };
+                        t.text
+                    }
+                    _ => {
+                        record.tokens_after += before;
+                        text
+                    }
+                };
+                // Resource text: the runner puts it in the turn's fence.
+                ToolContent::Resource {
+                    contents: ResourceContents::Text {
+                        uri: judged.uri,
+                        mime_type: judged.item_mime,
+                        text,
+                    },
+                }
+            }
+            Converted::Image {
+                mime_type, data, ..
+            } => ToolContent::Image { mime_type, data },
+            Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
+                ToolContent::Text { text: note }
+            }
+        }
+    }
+}
+
+/// A result that is only `text`, marked as an error (a read the model does not get).
+fn error_result(text: String) -> ToolCallResult {
+    ToolCallResult {
+        content: vec![ToolContent::Text { text }],
+        structured_content: None,
+        is_error: true,
     }
 }
 

@@ -16,6 +16,8 @@ use serde_json::json;
 use crate::config::parse_section;
 
 mod executor;
+#[cfg(test)]
+mod read_tests;
 
 pub use executor::BoundTools;
 
