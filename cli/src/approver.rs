@@ -4,7 +4,8 @@ use std::io::{BufRead as _, Write as _};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use hostpipe_core::{Approver, CallOrigin, ConsentAnswer, ConsentRequest, ReadOrigin};
+use hostpipe_core::{CallOrigin, ConsentRequest, ReadOrigin};
+use hostpipe_engine::{Approver, ConsentAnswer};
 use tokio::sync::mpsc;
 
 /// Asks on the controlling terminal (`/dev/tty`, so it works while stdin carries the

@@ -5,10 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use hostpipe_core::{
-    AttachmentStore, BuildContext, McpSource as _, MemoryStore, ModelProfile, Pipeline, Prepared,
-    Turn,
-};
+use hostpipe_core::{BuildContext, McpSource as _, ModelProfile, Turn};
+use hostpipe_engine::{AttachmentStore, MemoryStore, Pipeline, Prepared};
 use hostpipe_mcp::{HostOptions, McpHost, ServerConfig};
 use hostpipe_runners::{PreviewConfig, PreviewRunner};
 use hostpipe_stages::{
@@ -73,86 +71,15 @@ pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<Be
         Some(url) => Some(Arc::new(hostpipe_store::SqlStore::open(url).await?)),
     };
     let concurrency = concurrency.max(1);
-    let Some((command, args)) = server.split_first() else {
-        bail!("give the server command after `--`")
-    };
-    let host_options = HostOptions {
-        content_cache_bytes: if no_cache {
-            0
-        } else {
-            HostOptions::default().content_cache_bytes
-        },
-        ..HostOptions::default()
-    };
-    let host = Arc::new(McpHost::new(
-        [ServerConfig::stdio("bench", command, args)],
-        host_options,
-    ));
-    host.connect_all().await;
-    let info = host.server("bench").context("bench server missing")?;
-    if !info.status.is_connected() {
-        bail!(
-            "the bench server did not connect: {}",
-            info.status.describe()
-        );
-    }
-    let attachments = host
-        .list_resources("bench")
-        .await?
-        .iter()
-        .map(|r| AttachmentConfig {
-            server: "bench".into(),
-            uri: Some(r.uri.clone()),
-            template: None,
-            arguments: Default::default(),
-            strategy: None,
-            must: false,
-        })
-        .collect::<Vec<_>>();
-    if attachments.is_empty() {
-        bail!("the bench server lists no resources");
-    }
+    let host = connect(server, no_cache).await?;
     let config = InjectConfig {
         budget_tokens: Some(budget),
-        attachments,
+        attachments: attachments(&host).await?,
         ..InjectConfig::default()
     };
     // A pipeline owns its stages' caches (splits, token counts, summaries); `--no-cache`
     // builds a fresh one every turn, so every turn processes everything afresh.
-    let build = || -> anyhow::Result<Pipeline> {
-        let bind = BindMcpServers::new(
-            BindConfig {
-                servers: vec![Binding::Name("bench".into())],
-            },
-            host.clone(),
-        )?;
-        let ctx = BuildContext {
-            pipeline_id: "bench".into(),
-            mcp: host.clone(),
-            model: Arc::new(ModelProfile::default()),
-            summarizers: Default::default(),
-            embedders: Default::default(),
-            rerankers: Default::default(),
-        };
-        let inject = ResourceContextInjection::new(config.clone(), &ctx)?;
-        let pipeline = Pipeline::new(
-            "bench",
-            vec![
-                (BindMcpServers::NAME.into(), Box::new(bind)),
-                (ResourceContextInjection::NAME.into(), Box::new(inject)),
-            ],
-            (
-                PreviewRunner::NAME.into(),
-                Box::new(PreviewRunner::new(PreviewConfig::default())),
-            ),
-            Arc::new(ModelProfile::default()),
-            None,
-        );
-        Ok(match &store {
-            Some(s) => pipeline.with_store(Arc::clone(s)),
-            None => pipeline,
-        })
-    };
+    let build = || pipeline(&host, &config, store.as_ref());
     let shared = Arc::new(build()?);
     let turn = |pipeline: Arc<Pipeline>| {
         let query = query.clone();
@@ -194,5 +121,96 @@ pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<Be
         seconds,
         turns_per_s: turns as f64 / seconds.max(f64::EPSILON),
         tokens_injected,
+    })
+}
+
+/// The bench server (`server`: its command and arguments), connected; without the
+/// content cache when `no_cache`.
+async fn connect(server: &[String], no_cache: bool) -> anyhow::Result<Arc<McpHost>> {
+    let Some((command, args)) = server.split_first() else {
+        bail!("give the server command after `--`")
+    };
+    let host_options = HostOptions {
+        content_cache_bytes: if no_cache {
+            0
+        } else {
+            HostOptions::default().content_cache_bytes
+        },
+        ..HostOptions::default()
+    };
+    let host = Arc::new(McpHost::new(
+        [ServerConfig::stdio("bench", command, args)],
+        host_options,
+    ));
+    host.connect_all().await;
+    let info = host.server("bench").context("bench server missing")?;
+    if !info.status.is_connected() {
+        bail!(
+            "the bench server did not connect: {}",
+            info.status.describe()
+        );
+    }
+    Ok(host)
+}
+
+/// Every resource the bench server lists, as an attachment.
+async fn attachments(host: &McpHost) -> anyhow::Result<Vec<AttachmentConfig>> {
+    let attachments = host
+        .list_resources("bench")
+        .await?
+        .iter()
+        .map(|r| AttachmentConfig {
+            server: "bench".into(),
+            uri: Some(r.uri.clone()),
+            template: None,
+            arguments: Default::default(),
+            strategy: None,
+            must: false,
+        })
+        .collect::<Vec<_>>();
+    if attachments.is_empty() {
+        bail!("the bench server lists no resources");
+    }
+    Ok(attachments)
+}
+
+/// A pipeline binding the bench server and injecting with `config`, ending in the
+/// preview runner, with `store` when given.
+fn pipeline(
+    host: &Arc<McpHost>,
+    config: &InjectConfig,
+    store: Option<&Arc<dyn AttachmentStore>>,
+) -> anyhow::Result<Pipeline> {
+    let bind = BindMcpServers::new(
+        BindConfig {
+            servers: vec![Binding::Name("bench".into())],
+        },
+        host.clone(),
+    )?;
+    let ctx = BuildContext {
+        pipeline_id: "bench".into(),
+        mcp: host.clone(),
+        model: Arc::new(ModelProfile::default()),
+        summarizers: Default::default(),
+        embedders: Default::default(),
+        rerankers: Default::default(),
+    };
+    let inject = ResourceContextInjection::new(config.clone(), &ctx)?;
+    let pipeline = Pipeline::new(
+        "bench",
+        vec![
+            (BindMcpServers::NAME.into(), Box::new(bind)),
+            (ResourceContextInjection::NAME.into(), Box::new(inject)),
+        ],
+        (
+            PreviewRunner::NAME.into(),
+            Box::new(PreviewRunner::new(PreviewConfig::default())),
+        ),
+        Arc::new(ModelProfile::default()),
+        None,
+    );
+    Ok(match store {
+        Some(s) => pipeline.with_store(Arc::clone(s)),
+        None => pipeline,
     })
 }

@@ -30,9 +30,9 @@ use std::path::Path;
 use anyhow::{Context as _, bail};
 use futures_util::StreamExt as _;
 use hostpipe_core::{
-    ArgumentValue, Attachment, AttachmentTarget, HistoryMessage, Pipeline, Prepared, Role, Scope,
-    Turn,
+    ArgumentValue, Attachment, AttachmentTarget, HistoryMessage, Role, Scope, Turn,
 };
+use hostpipe_engine::{Pipeline, Prepared};
 use hostpipe_runners::PreviewReport;
 use serde::{Deserialize, Serialize};
 

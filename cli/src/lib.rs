@@ -17,7 +17,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use hostpipe_core::{AttachmentStore, MemoryStore, Pipeline, Registry, RegistryError};
+use hostpipe_core::{Registry, RegistryError};
+use hostpipe_engine::{AttachmentStore, MemoryStore, Pipeline};
 use hostpipe_mcp::McpHost;
 
 /// The registry of every stage and runner linked into this binary.
@@ -82,7 +83,7 @@ impl App {
         config_file: Option<&Path>,
         mcp_config: Option<&Path>,
         runner: Option<&config::RunnerChoice>,
-        approver: Arc<dyn hostpipe_core::Approver>,
+        approver: Arc<dyn hostpipe_engine::Approver>,
     ) -> anyhow::Result<Self> {
         let exe = config::self_exe()
             .context("cannot find the hostpipe executable to spawn the demo server")?;
@@ -152,12 +153,12 @@ impl App {
     }
 
     /// Deletes expired pins and, when `[store] history_retention_days` is set, one batch
-    /// of older history ([`hostpipe_core::store::PRUNE_BATCH`] records). Only what
+    /// of older history ([`hostpipe_engine::store::PRUNE_BATCH`] records). Only what
     /// runs turns calls it (`hostpipe run`), so a command that only looks never deletes
     /// by a retention the store's owner did not set. A failure is logged, not returned.
     pub async fn prune_store(&self) {
         let Some(store) = &self.store else { return };
-        let now = hostpipe_core::store::unix_ms_now();
+        let now = hostpipe_engine::store::unix_ms_now();
         let days = self.config.store.history_retention_days;
         let cut = (days > 0).then(|| now.saturating_sub(i64::from(days) * 86_400_000));
         if let Err(e) = store.prune(now, cut).await {

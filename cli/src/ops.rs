@@ -3,53 +3,17 @@
 
 use std::collections::BTreeMap;
 
-use hostpipe_core::{
-    ArgumentValue, AttachmentTarget, McpSource as _, ModelProfile, PinOwner, SourceError,
-};
+use hostpipe_core::{ArgumentValue, AttachmentTarget, McpSource as _, ModelProfile, SourceError};
+use hostpipe_engine::PinOwner;
 use hostpipe_stages::convert::{ConvertLimits, Converted, ResourceMeta, convert};
 
 use crate::App;
 
-/// Why a pin target was refused. The messages name no front end's flags; the CLI and the
-/// HTTP API add their own hints.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TargetError {
-    /// The target has no `{` (not a template) and no scheme.
-    #[error("`{0}` is not a URI (no scheme, e.g. demo://docs/handbook.md)")]
-    NotAUri(String),
-    /// Arguments were given for a plain URI.
-    #[error("template arguments are for a URI template (`{0}` has no {{variable}})")]
-    ArgumentsWithoutTemplate(String),
-    /// The template does not parse (RFC 6570).
-    #[error("URI template `{template}`: {message}")]
-    Template {
-        /// The template.
-        template: String,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// An argument names no variable of the template.
-    #[error("URI template `{template}` has no variable `{name}`; its variables: {}", variables.join(", "))]
-    UnknownVariable {
-        /// The template.
-        template: String,
-        /// The argument's name.
-        name: String,
-        /// The template's variables.
-        variables: Vec<String>,
-    },
-    /// A variable of the template has no argument.
-    #[error("URI template `{template}` needs `{name}`")]
-    MissingVariable {
-        /// The template.
-        template: String,
-        /// The variable without a value.
-        name: String,
-    },
-}
+pub use hostpipe_stages::attachment::{AttachmentSpec, TargetError};
 
 /// What a pin reads: `target` as a URI, or (when it has a `{`) as an RFC 6570 template
-/// with a value or a turn variable for each of its variables, and no others.
+/// with a value or a turn variable for each of its variables, and no others
+/// ([`AttachmentSpec::from_target`], checked as every attachment is).
 ///
 /// # Errors
 /// [`TargetError`] naming the template and the variable at fault.
@@ -57,37 +21,7 @@ pub fn pin_target(
     target: &str,
     arguments: BTreeMap<String, ArgumentValue>,
 ) -> Result<AttachmentTarget, TargetError> {
-    if !target.contains('{') {
-        if !arguments.is_empty() {
-            return Err(TargetError::ArgumentsWithoutTemplate(target.into()));
-        }
-        if !target.contains(':') {
-            return Err(TargetError::NotAUri(target.into()));
-        }
-        return Ok(AttachmentTarget::Uri { uri: target.into() });
-    }
-    let variables =
-        hostpipe_stages::uri_template::variables(target).map_err(|e| TargetError::Template {
-            template: target.into(),
-            message: e.to_string(),
-        })?;
-    if let Some(unknown) = arguments.keys().find(|k| !variables.contains(k)) {
-        return Err(TargetError::UnknownVariable {
-            template: target.into(),
-            name: unknown.clone(),
-            variables,
-        });
-    }
-    if let Some(missing) = variables.iter().find(|v| !arguments.contains_key(*v)) {
-        return Err(TargetError::MissingVariable {
-            template: target.into(),
-            name: missing.clone(),
-        });
-    }
-    Ok(AttachmentTarget::Template {
-        template: target.into(),
-        arguments,
-    })
+    AttachmentTarget::try_from(&AttachmentSpec::from_target("", target, arguments))
 }
 
 impl App {

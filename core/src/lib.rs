@@ -1,7 +1,9 @@
-//! The core model of hostpipe: what a turn is, what stages and runners are, and how a
-//! pipeline runs them.
+//! The contract of hostpipe: what a turn is, what stages and runners are, and the seams
+//! where they meet MCP servers, the model, the consent policy and the trace. The engine
+//! that runs them (`hostpipe-engine`: the pipeline, consent policies, attachment stores,
+//! runner layers) builds on this crate; stages and runners need only this one.
 //!
-//! A [`Turn`] is one incoming bot message. A [`Pipeline`] runs an ordered list of
+//! A [`Turn`] is one incoming bot message. A pipeline runs an ordered list of
 //! [`Stage`]s over it; each stage either continues or ends the turn with a reply
 //! ([`StageOutcome`]). Stages read MCP servers through the [`McpSource`] trait (the MCP
 //! crate implements it; core never names an MCP SDK type), put the resources they read
@@ -22,25 +24,19 @@ pub mod context;
 pub mod error;
 pub mod extensions;
 pub mod fence;
-pub mod layer;
 pub mod model;
-pub mod pipeline;
 pub mod registry;
 pub mod retrieval;
 pub mod run;
 pub mod source;
 pub mod stage;
-pub mod store;
 pub mod summarize;
 pub mod tokens;
 pub mod tool;
 pub mod trace;
 pub mod turn;
 
-pub use consent::{
-    Approver, Consent, ConsentAnswer, ConsentConfig, ConsentPolicy, ConsentRequest, ConsentRule,
-    Decision, ReadOrigin, ToolCallRequest, Verdict, cap_json,
-};
+pub use consent::{ConsentGate, ConsentRequest, ToolCallRequest, Verdict, cap_json};
 pub use context::{
     ArgumentValue, Attachment, AttachmentTarget, BlockBody, BlockSource, ContextBlock,
     FallbackReason, Scope, TemplateRef, Treatment, TruncationSide, VariableRef,
@@ -49,7 +45,6 @@ pub use error::{ConfigError, RunError, SourceError, StageError};
 pub use extensions::Extensions;
 pub use fence::Fence;
 pub use model::{ModelProfile, ModelProfileError};
-pub use pipeline::{Pipeline, Prepared, ToolCallOutcome, TurnOutcome, TurnStatus};
 pub use registry::{
     BuildContext, Registry, RegistryError, RunnerDescriptor, StageDescriptor, StagePhase,
     parse_section,
@@ -65,16 +60,12 @@ pub use source::{
     ServerCapabilities, ServerInfo, ServerStatus, Tool, ToolCallResult, ToolContent, ToolHints,
 };
 pub use stage::{Stage, StageOutcome};
-pub use store::{
-    AttachmentStore, ConsentGrant, GrantKind, HistoryQuery, InjectionRecord, MemoryStore, NewPin,
-    Pin, PinOwner, Pruned, StoreError, ToolCallEntry,
-};
 pub use summarize::{SummarizeError, Summarizer};
 pub use tokens::{Encoding, Tokenizer, Truncation};
 pub use tool::{ToolError, ToolExecutor, ToolFilter, ToolOrigin, ToolSpec, ToolsOnly};
 pub use trace::{
-    CallOrigin, PassageRecord, ReadOutcome, ReadRecord, ReadSink, StageOutcomeKind, ToolCallRecord,
-    Trace, TraceEvent, TraceRecord,
+    CallOrigin, PassageRecord, ReadOrigin, ReadOutcome, ReadRecord, ReadSink, StageOutcomeKind,
+    ToolCallRecord, Trace, TraceEvent, TraceRecord, unix_ms_now,
 };
 pub use turn::{BoundServer, HistoryMessage, Turn, TurnIds, UserMessage, Variables};
 

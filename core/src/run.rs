@@ -51,7 +51,7 @@ pub struct RunRequest {
     /// data and fences them itself.
     #[serde(skip)]
     pub fence: crate::fence::Fence,
-    /// When the run must end: the [`layer::Timeout`](crate::layer::Timeout) a pipeline
+    /// When the run must end: the `hostpipe_engine::layer::Timeout` a pipeline
     /// puts its runner under stops it then with [`RunError::Timeout`]. `None`: no
     /// deadline but the runner's own.
     #[serde(skip)]
@@ -162,7 +162,7 @@ impl EventSink {
     }
 
     /// Whether a [`RunEvent::RunFailed`] was emitted through this sink (or a clone):
-    /// [`ReportFailure`](crate::layer::ReportFailure) then adds none.
+    /// `hostpipe_engine::layer::ReportFailure` then adds none.
     pub fn failure_reported(&self) -> bool {
         self.failure_reported.load(Ordering::Relaxed)
     }

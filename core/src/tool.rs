@@ -199,7 +199,7 @@ pub trait ToolExecutor: Send + Sync {
 }
 
 /// Marks a turn that runs a pipeline's stages only to call one tool (the HTTP API's
-/// `POST /v1/servers/{server}/tools/{name}/call`, [`crate::Pipeline::call_tool`]): the
+/// `POST /v1/servers/{server}/tools/{name}/call`, `hostpipe_engine::Pipeline::call_tool`): the
 /// stages bind servers, publish their policies and assemble the tools as for any turn,
 /// and stages that gather context skip their reads (there is no message to answer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -6,6 +6,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::{Scope, Treatment};
 
+/// Milliseconds since the Unix epoch, now (0 if the clock is before 1970).
+pub fn unix_ms_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// One `resources/read` and what was done with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadRecord {
@@ -44,7 +51,7 @@ pub struct ReadRecord {
     pub error: Option<String>,
     /// Who chose the read: the host (an attachment) or the model (`read_resource`).
     #[serde(default)]
-    pub origin: crate::consent::ReadOrigin,
+    pub origin: ReadOrigin,
     /// The consent decision, when the pipeline has a consent policy
     /// ([`Verdict::how`](crate::Verdict::how)).
     #[serde(default)]
@@ -162,6 +169,28 @@ pub struct ToolCallRecord {
     /// Who made it.
     #[serde(default)]
     pub origin: CallOrigin,
+}
+
+/// Who chose a read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadOrigin {
+    /// The host read an attachment (pipeline, conversation or message scope): a user or
+    /// the platform chose it.
+    #[default]
+    Host,
+    /// The model asked for it (the `read_resource` exploration tool).
+    Model,
+}
+
+impl ReadOrigin {
+    /// `host` or `model`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Model => "model",
+        }
+    }
 }
 
 /// One passage of a resource that went to the model (docs/configuration.md, "How
@@ -329,7 +358,7 @@ impl Default for Trace {
     fn default() -> Self {
         Self {
             turn_id: uuid::Uuid::now_v7().to_string(),
-            started_at_ms: crate::store::unix_ms_now(),
+            started_at_ms: unix_ms_now(),
             started: Instant::now(),
             records: Vec::new(),
             sink: ReadSink::default(),
@@ -344,7 +373,7 @@ impl Trace {
     }
 
     /// The turn's id: a UUID v7 made when the trace was, so ids sort by time. The read
-    /// history ([`InjectionRecord::turn_id`](crate::InjectionRecord::turn_id)) keys on it.
+    /// history (`hostpipe_engine::InjectionRecord::turn_id`) keys on it.
     pub fn turn_id(&self) -> &str {
         &self.turn_id
     }

@@ -132,12 +132,12 @@ pub struct Turn {
     pub trace: Trace,
     /// When the turn must be ready for the runner. Stages that wait on servers stop
     /// waiting here (in-flight MCP requests are cancelled) and go on with what they
-    /// have. Set by [`crate::Pipeline::prepare`] from the pipeline's turn timeout when
+    /// have. Set by `hostpipe_engine::Pipeline::prepare` from the pipeline's turn timeout when
     /// the platform has not set it.
     pub deadline: Option<std::time::Instant>,
     /// The pipeline's consent gate, when it has a policy; stages ask it before every
-    /// read ([`Turn::consent_for`]). Set by [`crate::Pipeline::prepare`].
-    pub consent: Option<Arc<crate::consent::Consent>>,
+    /// read ([`Turn::consent_for`]). Set by `hostpipe_engine::Pipeline::prepare`.
+    pub consent: Option<Arc<dyn crate::consent::ConsentGate>>,
     /// The fence around resource text in what the model sees, with a nonce fresh for
     /// this turn ([`crate::fence`]).
     pub fence: crate::fence::Fence,
@@ -183,7 +183,7 @@ impl Turn {
     ) -> Option<crate::consent::Verdict> {
         let gate = self.consent.as_ref()?;
         let request = self.consent_request(server, uri, origin, reason);
-        Some(crate::consent::check_until(gate, &request, self.deadline).await)
+        Some(crate::consent::check_until(gate.as_ref(), &request, self.deadline).await)
     }
 
     /// The [`ConsentRequest`](crate::ConsentRequest) for a read by this turn.

@@ -10,7 +10,7 @@
 //!   resources (static URIs or RFC 6570 templates, see [`uri_template`]), converts them
 //!   by MIME type ([`convert`]) and fits them into the token budget ([`fit`]): the
 //!   texts are cut into passages ([`passage`]), turned into terms ([`lexical`]),
-//!   indexed and ranked across all resources ([`index`], optionally [`retrieval`]), and
+//!   indexed and ranked across all resources ([`index`], optionally [`fit::retrieval`]), and
 //!   the best passages kept under their locators ([`excerpt`]).
 //! - [`ToolAssembly`] (`tool_assembly`): the bound servers' tools, namespaced, plus the
 //!   exploration tools `list_resources` and `read_resource`, and the [`BoundTools`]
@@ -19,6 +19,7 @@
 //! Each stage registers itself with [`hostpipe_core::submit_stage!`]; its config
 //! section is a typed struct that rejects unknown keys.
 
+pub mod attachment;
 mod bind;
 pub mod budget;
 pub mod config;
@@ -32,13 +33,11 @@ pub mod mentions;
 pub mod passage;
 pub mod prompt;
 pub mod reader;
-pub mod retrieval;
 pub mod summarize;
-#[cfg(test)]
-mod testkit;
 mod tools;
 pub mod uri_template;
 
+pub use attachment::{AttachmentSpec, TargetError};
 pub use bind::{BindConfig, BindMcpServers, Binding};
 pub use fit::Strategy;
 pub use inject::{AttachmentConfig, InjectConfig, ResourceContextInjection};

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hostpipe_core::{
-    Consent, ConsentRequest, McpSource, ModelProfile, ReadOrigin, ReadOutcome, ReadRecord,
+    ConsentGate, ConsentRequest, McpSource, ModelProfile, ReadOrigin, ReadOutcome, ReadRecord,
     ResourceContents, TemplateRef, Treatment, Turn, Verdict,
 };
 
@@ -270,7 +270,7 @@ pub fn not_read(record: &mut ReadRecord, why: &str) {
 /// policy), the turn's ids and who reads, and when to stop waiting for an approver.
 #[derive(Clone)]
 pub struct Gate {
-    consent: Option<Arc<Consent>>,
+    consent: Option<Arc<dyn ConsentGate>>,
     /// The request, its server, URI and (when given) reason filled in per question.
     request: ConsentRequest,
     deadline: Option<Instant>,
@@ -280,7 +280,7 @@ impl Gate {
     /// `consent` asked with `request`'s ids, origin and default reason, never past
     /// `deadline`.
     pub fn new(
-        consent: Option<Arc<Consent>>,
+        consent: Option<Arc<dyn ConsentGate>>,
         request: ConsentRequest,
         deadline: Option<Instant>,
     ) -> Self {
@@ -311,7 +311,7 @@ impl Gate {
         if let Some(reason) = reason {
             request.reason = reason;
         }
-        Some(hostpipe_core::consent::check_until(gate, &request, self.deadline).await)
+        Some(hostpipe_core::consent::check_until(gate.as_ref(), &request, self.deadline).await)
     }
 }
 

@@ -64,7 +64,7 @@ fn bad_configs_are_refused_with_file_and_key() {
         ),
         (
             "[pipelines.default.resource_context_injection]\nattachments = [{ server = \"a\", template = \"x://{id}\" }]",
-            "bad.toml: pipelines.default.resource_context_injection.attachments[0].arguments: template `x://{id}` needs argument `id`",
+            "bad.toml: pipelines.default.resource_context_injection.attachments[0].arguments: URI template `x://{id}` needs `id`",
         ),
         (
             "[pipelines.default.tool_assembly]\nexploration = false",

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hostpipe_core::{
-    Approver, AttachmentStore as _, ConsentAnswer, ConsentRequest, HistoryQuery, MemoryStore,
-    Pipeline, ReadOrigin, RunRequest, ToolContent, Turn,
+use hostpipe_core::{ConsentRequest, ReadOrigin, RunRequest, ToolContent, Turn};
+use hostpipe_engine::{
+    Approver, AttachmentStore as _, ConsentAnswer, HistoryQuery, MemoryStore, Pipeline,
 };
 use hostpipe_mcp::{McpHost, ServerConfig, TransportConfig};
 use hostpipe_tests::openai_api::{ChatCompletions, answer, tool_call};
@@ -345,7 +345,7 @@ async fn the_model_reads_go_through_the_policy_and_into_the_history() {
     let outcome = p.run_turn(turn).await;
     assert_eq!(
         outcome.status,
-        hostpipe_core::TurnStatus::Completed,
+        hostpipe_engine::TurnStatus::Completed,
         "{}",
         outcome.reply
     );
@@ -406,7 +406,7 @@ async fn resource_text_cannot_close_its_fence_or_forge_a_system_message() {
         .await;
     assert_eq!(
         outcome.status,
-        hostpipe_core::TurnStatus::Completed,
+        hostpipe_engine::TurnStatus::Completed,
         "{}",
         outcome.reply
     );

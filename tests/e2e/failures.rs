@@ -36,7 +36,7 @@ attachments = [{ server = "tutorial", uri = "config://settings" }, { server = "g
     );
     let outcome = p.run_turn(Turn::new("default", "hi")).await;
     assert!(
-        outcome.status == hostpipe_core::TurnStatus::Completed && outcome.ended_by.is_none(),
+        outcome.status == hostpipe_engine::TurnStatus::Completed && outcome.ended_by.is_none(),
         "{}",
         outcome.reply
     );

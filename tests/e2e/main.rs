@@ -31,7 +31,8 @@ mod tools;
 
 use std::sync::Arc;
 
-use hostpipe_core::{ContextBlock, Pipeline, Prepared, RunRequest, Trace, Turn};
+use hostpipe_core::{ContextBlock, RunRequest, Trace, Turn};
+use hostpipe_engine::{Pipeline, Prepared};
 use hostpipe_mcp::McpHost;
 
 /// Builds pipeline `default` from hostpipe TOML against `host`'s servers.

@@ -3,9 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use hostpipe_core::{
-    CompletionRef, McpSource as _, Prepared, Registry, StageDescriptor, StagePhase, Turn,
-};
+use hostpipe_core::{CompletionRef, McpSource as _, Registry, StageDescriptor, StagePhase, Turn};
+use hostpipe_engine::Prepared;
 use hostpipe_tests::{connect, demo, everything};
 
 use crate::{block, pipeline, prepare};
@@ -19,7 +18,7 @@ servers = ["everything"]
 budget_tokens = 4000
 "#;
 
-async fn reply_of(p: &hostpipe_core::Pipeline, text: &str) -> String {
+async fn reply_of(p: &hostpipe_engine::Pipeline, text: &str) -> String {
     match p.prepare(Turn::new("default", text)).await {
         Prepared::Ended(outcome) => outcome.reply,
         Prepared::Request(r, _) => panic!("expected a reply, got a request: {:?}", r.message),

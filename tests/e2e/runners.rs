@@ -59,7 +59,7 @@ async fn the_tool_loop_calls_the_real_tool_and_sends_its_content_list_as_one_str
     let outcome = p.run_turn(Turn::new("default", "Show me the logo")).await;
     assert_eq!(
         outcome.status,
-        hostpipe_core::TurnStatus::Completed,
+        hostpipe_engine::TurnStatus::Completed,
         "{}",
         outcome.reply
     );
@@ -138,7 +138,7 @@ async fn streamed_deltas_and_a_streamed_tool_call_assemble() {
     let outcome = p.run_turn(Turn::new("default", "Echo hi there")).await;
     assert_eq!(
         outcome.status,
-        hostpipe_core::TurnStatus::Completed,
+        hostpipe_engine::TurnStatus::Completed,
         "{}",
         outcome.reply
     );
@@ -311,7 +311,7 @@ async fn a_model_that_never_stops_calling_tools_ends_at_max_rounds() {
     let toml = local_pipeline(&server.uri(), false) + "max_rounds = 3\n";
     let p = pipeline(&host, &toml);
     let outcome = p.run_turn(Turn::new("default", "loop")).await;
-    assert_eq!(outcome.status, hostpipe_core::TurnStatus::RunnerFailed);
+    assert_eq!(outcome.status, hostpipe_engine::TurnStatus::RunnerFailed);
     assert!(
         outcome.reply.contains("still calling tools after 3 rounds"),
         "{}",
@@ -774,14 +774,16 @@ mod dify {
     }
 }
 
-/// The contract every runner keeps, checked on each with the same request: a success
-/// ends with `message_completed` then `run_completed` (deltas only before them, nothing
-/// after); a backend failure is a typed error and the last event is `run_failed`; a
-/// dropped run stops.
+/// The contract every runner keeps (`hostpipe_engine::testkit::conformance`), checked
+/// on each with the same request: a success ends with `message_completed` then
+/// `run_completed` (deltas only before them, nothing after); a backend failure is a typed
+/// error and, under the pipeline's layers, the last event is `run_failed`; a dropped run
+/// stops.
 mod runner_conformance {
     use std::time::{Duration, Instant};
 
-    use hostpipe_core::{RunError, RunEvent, Runner, collect_reply};
+    use hostpipe_core::{RunError, Runner, collect_reply};
+    use hostpipe_engine::testkit::conformance;
     use hostpipe_runners::{
         DifyConfig, DifyRunner, LocalAgentRunner, PreviewConfig, PreviewRunner, RemoteConfig,
         RemoteRunner,
@@ -791,28 +793,6 @@ mod runner_conformance {
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
     use super::request_with_image;
-
-    fn check_success(name: &str, events: &[RunEvent], text: &str) {
-        let n = events.len();
-        assert!(n >= 2, "{name}: {events:?}");
-        assert!(
-            matches!(&events[n - 2], RunEvent::MessageCompleted { text: t } if t == text),
-            "{name}: {events:?}"
-        );
-        assert!(
-            matches!(events[n - 1], RunEvent::RunCompleted { .. }),
-            "{name}: {events:?}"
-        );
-        assert!(
-            events[..n - 2].iter().all(|e| matches!(
-                e,
-                RunEvent::MessageDelta { .. }
-                    | RunEvent::ToolCallStarted { .. }
-                    | RunEvent::ToolCallFinished { .. }
-            )),
-            "{name}: {events:?}"
-        );
-    }
 
     async fn server(reply: ResponseTemplate) -> MockServer {
         let s = MockServer::start().await;
@@ -856,7 +836,9 @@ mod runner_conformance {
         // Success.
         let preview = PreviewRunner::new(PreviewConfig::default());
         let reply = collect_reply(&preview, &request).await.unwrap();
-        check_success("preview", &reply.events, &reply.text);
+        conformance::check_success("preview", &preview, &request, &reply.text)
+            .await
+            .unwrap();
         type Make = fn(&MockServer) -> Box<dyn Runner>;
         let cases: Vec<(&str, ResponseTemplate, Make)> = vec![
             ("local", hostpipe_tests::openai_api::answer("A."), local),
@@ -880,42 +862,23 @@ mod runner_conformance {
         ];
         for (name, reply, make) in cases {
             let s = server(reply).await;
-            let runner = make(&s);
-            let got = collect_reply(runner.as_ref(), &request).await.unwrap();
-            assert_eq!(got.text, "A.", "{name}");
-            check_success(name, &got.events, "A.");
-
+            conformance::check_success(name, make(&s).as_ref(), &request, "A.")
+                .await
+                .unwrap();
             // A backend failure: typed, and reported as the last event.
             let failing =
                 server(ResponseTemplate::new(500).set_body_json(json!({"message": "boom"}))).await;
-            // As a pipeline runs it: under the layer that reports a failure.
-            let runner = hostpipe_core::layer::ReportFailure::new(make(&failing));
-            let (sink, mut rx) = hostpipe_core::EventSink::channel(16);
-            let err = runner.run(&request, &sink).await.unwrap_err();
-            drop(sink);
-            assert!(
-                matches!(err, RunError::Server { status: 500, .. }),
-                "{name}: {err:?}"
-            );
-            let mut last = None;
-            while let Some(e) = rx.recv().await {
-                last = Some(e);
-            }
-            assert!(
-                matches!(last, Some(RunEvent::RunFailed { .. })),
-                "{name}: {last:?}"
-            );
-
+            conformance::check_failure(name, make(&failing).as_ref(), &request, |e| {
+                matches!(e, RunError::Server { status: 500, .. })
+            })
+            .await
+            .unwrap();
             // Cancellation: dropping the run ends it.
             let slow = server(ResponseTemplate::new(200).set_delay(Duration::from_secs(30))).await;
-            let runner = make(&slow);
             let started = Instant::now();
-            let r = tokio::time::timeout(
-                Duration::from_millis(200),
-                collect_reply(runner.as_ref(), &request),
-            )
-            .await;
-            assert!(r.is_err(), "{name}");
+            conformance::check_cancellation(name, make(&slow).as_ref(), &request)
+                .await
+                .unwrap();
             assert!(started.elapsed() < Duration::from_secs(2), "{name}");
         }
     }

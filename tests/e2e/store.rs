@@ -4,8 +4,9 @@
 
 use std::path::Path;
 
-use hostpipe_core::store::check_store;
-use hostpipe_core::{AttachmentTarget, HistoryQuery, NewPin, PinOwner, Turn};
+use hostpipe_core::{AttachmentTarget, Turn};
+use hostpipe_engine::testkit::check_store;
+use hostpipe_engine::{HistoryQuery, NewPin, PinOwner};
 use hostpipe_tests::{Postgres, hostpipe_command};
 use serde_json::Value;
 
@@ -466,7 +467,7 @@ async fn postgres_passes_the_store_checks_and_two_workers_share_pins_and_history
     worker_b.shutdown().await;
     assert_eq!(
         outcome.status,
-        hostpipe_core::TurnStatus::Completed,
+        hostpipe_engine::TurnStatus::Completed,
         "{}",
         outcome.reply
     );

@@ -548,7 +548,7 @@ max_tool_result_tokens = 1000000
     assert!(!table.contains("get-env"), "{table}");
 }
 
-/// The policy in-process, through [`hostpipe_core::Pipeline::call_tool`] and the
+/// The policy in-process, through [`hostpipe_engine::Pipeline::call_tool`] and the
 /// turn's executor: a left-out tool cannot be called; `read_resource` follows the
 /// pipeline's resource rules (audience, MIME deny) and `list_resources` does not offer
 /// a user-only resource.

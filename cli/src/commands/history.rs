@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use hostpipe_cli::App;
-use hostpipe_core::HistoryQuery;
+use hostpipe_engine::HistoryQuery;
 
 use super::{format_time, new_table, parse_id, parse_time, store};
 

@@ -16,7 +16,8 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use hostpipe_cli::App;
-use hostpipe_core::{ArgumentValue, AttachmentTarget, PinOwner, VariableRef};
+use hostpipe_core::{ArgumentValue, AttachmentTarget, VariableRef};
+use hostpipe_engine::PinOwner;
 
 /// The options every command takes (`--config`, `--mcp-config`, `--store`).
 #[derive(clap::Args)]
@@ -336,7 +337,7 @@ pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
         return Ok(t.timestamp_millis());
     }
     match humantime::parse_duration(s) {
-        Ok(d) => Ok(hostpipe_core::store::unix_ms_now()
+        Ok(d) => Ok(hostpipe_engine::store::unix_ms_now()
             .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))),
         Err(_) => Err(format!(
             "`{s}` is neither an RFC 3339 time (2026-11-30T09:00:00Z) nor a duration (2h, 30m)"
@@ -351,7 +352,7 @@ pub(crate) fn parse_var(s: &str) -> Result<(String, String), String> {
     }
 }
 
-pub(crate) fn store(app: &App) -> anyhow::Result<&dyn hostpipe_core::AttachmentStore> {
+pub(crate) fn store(app: &App) -> anyhow::Result<&dyn hostpipe_engine::AttachmentStore> {
     app.store
         .as_deref()
         .context("there is no attachment store (--store none)")

@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use hostpipe_cli::App;
-use hostpipe_core::{Attachment, NewPin, PinOwner};
+use hostpipe_core::Attachment;
+use hostpipe_engine::{NewPin, PinOwner};
 
 use super::{
     DetachTarget, OwnerArgs, TargetArgs, attachment_target, describe_target, format_time,
@@ -39,7 +40,7 @@ pub(crate) async fn attach(app: &App, args: AttachArgs) -> anyhow::Result<ExitCo
     app.check_pin_owner(&owner, &target.server)?;
     let pin_target = attachment_target(&target.target, &target.args, &target.arg_vars)?;
     let expires_at_ms = expires_in.map(|d| {
-        hostpipe_core::store::unix_ms_now()
+        hostpipe_engine::store::unix_ms_now()
             .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
     });
     let store = store(app)?;
@@ -152,7 +153,7 @@ pub(crate) async fn attachments(app: &App, args: AttachmentsArgs) -> anyhow::Res
     let pins = store(app)?
         .pins(
             std::slice::from_ref(&owner),
-            hostpipe_core::store::unix_ms_now(),
+            hostpipe_engine::store::unix_ms_now(),
         )
         .await?;
     // A pipeline's config attachments apply too; list them.

@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use hostpipe_cli::App;
 use hostpipe_cli::config::RunnerChoice;
+use hostpipe_cli::ops::AttachmentSpec;
 use hostpipe_core::McpSource as _;
-use hostpipe_core::{Attachment, TraceEvent, Turn};
+use hostpipe_core::{Scope, TraceEvent, Turn};
 use hostpipe_runners::PreviewReport;
 
 use super::{GlobalArgs, parse_id, parse_var};
@@ -97,8 +98,12 @@ pub(crate) async fn run(app: &App, args: RunArgs) -> anyhow::Result<ExitCode> {
     turn.variables = vars.into_iter().collect();
     turn.attachments = attach
         .chunks(2)
-        .map(|c| Attachment::message_uri(&c[0], &c[1]))
-        .collect();
+        .map(|c| {
+            AttachmentSpec::from_target(&c[0], &c[1], Default::default())
+                .attachment(Scope::Message)
+                .map_err(|e| anyhow::anyhow!("--attach {} {}: {e}", c[0], c[1]))
+        })
+        .collect::<anyhow::Result<_>>()?;
     turn.history = history
         .into_iter()
         .map(|text| hostpipe_core::HistoryMessage {

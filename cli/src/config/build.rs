@@ -5,10 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hostpipe_core::{
-    BuildContext, ConfigError, Consent, ConsentConfig, ConsentPolicy, McpSource, Pipeline,
-    Registry, Runner, Summarizer,
-};
+use hostpipe_core::{BuildContext, ConfigError, McpSource, Registry, Runner, Summarizer};
+use hostpipe_engine::{Consent, ConsentConfig, ConsentPolicy, Pipeline};
 use hostpipe_runners::{
     HttpReranker, OpenAiEmbedder, OpenAiSummarizer, OpenAiSummarizerConfig, RetrievalServiceConfig,
 };

@@ -49,7 +49,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hostpipe_core::{Attachment, AttachmentTarget, ConfigError, ModelProfile, Scope};
+use hostpipe_core::{Attachment, ConfigError, ModelProfile, Scope};
 use hostpipe_mcp::{HostOptions, RawServerEntry, ServerConfig, parse_mcp_servers_json};
 use serde::Deserialize;
 
@@ -160,7 +160,7 @@ pub struct LoadedConfig {
     pub serve: ServeSection,
     /// Who answers `ask` decisions of the pipelines' consent policies (none: `ask`
     /// denies). Set it before [`LoadedConfig::build_pipelines`].
-    pub approver: Option<Arc<dyn hostpipe_core::Approver>>,
+    pub approver: Option<Arc<dyn hostpipe_engine::Approver>>,
     /// The pipelines by id.
     pub pipelines: BTreeMap<String, PipelineSpec>,
 }
@@ -352,23 +352,9 @@ impl LoadedConfig {
         let spec = self.pipelines.get(id)?;
         Some(
             spec.attachments()
-                .into_iter()
-                .filter_map(|a| {
-                    let target = match (a.uri, a.template) {
-                        (Some(uri), None) => AttachmentTarget::Uri { uri },
-                        (None, Some(template)) => AttachmentTarget::Template {
-                            template,
-                            arguments: a.arguments,
-                        },
-                        // The stage refuses such an entry when the pipeline is built.
-                        _ => return None,
-                    };
-                    Some(Attachment {
-                        server: a.server,
-                        target,
-                        scope: Scope::Pipeline,
-                    })
-                })
+                .iter()
+                // The stage refuses an invalid entry when the pipeline is built.
+                .filter_map(|a| a.spec().attachment(Scope::Pipeline).ok())
                 .collect(),
         )
     }

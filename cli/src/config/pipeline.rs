@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hostpipe_core::{ConfigError, Pipeline};
+use hostpipe_core::ConfigError;
+use hostpipe_engine::Pipeline;
 use hostpipe_stages::{AttachmentConfig, BindConfig, InjectConfig};
 
 use super::DEFAULT_STAGES;
@@ -237,5 +238,97 @@ impl PipelineSpec {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn spec(toml: &str) -> Result<PipelineSpec, ConfigError> {
+        PipelineSpec::try_from(toml.parse::<toml::Table>().unwrap())
+    }
+
+    #[test]
+    fn an_empty_table_is_the_plain_pipeline() {
+        let s = spec("").unwrap();
+        assert_eq!(s, PipelineSpec::default());
+        assert_eq!(s.stages, DEFAULT_STAGES);
+        assert_eq!(s.runner, "preview");
+        assert_eq!(s.turn_timeout, Some(Pipeline::DEFAULT_TURN_TIMEOUT));
+        assert_eq!(s.bound_servers(), Some(Vec::new()));
+        assert!(s.attachments().is_empty());
+    }
+
+    #[test]
+    fn the_common_keys_are_typed_and_the_sections_kept_for_their_builders() {
+        let s = spec(
+            r#"
+stages = ["bind_mcp_servers", "resource_context_injection"]
+runner = "local"
+system_prompt = "Be brief."
+turn_timeout_ms = 0
+[bind_mcp_servers]
+servers = ["kb", { name = "crm", required = true }]
+[resource_context_injection]
+budget_share = 0.5
+attachments = [{ server = "kb", uri = "kb://a" }]
+[local]
+model = "m"
+[consent]
+default_host = "allow"
+"#,
+        )
+        .unwrap();
+        assert_eq!(s.runner, "local");
+        assert_eq!(s.system_prompt.as_deref(), Some("Be brief."));
+        assert_eq!(s.turn_timeout, None);
+        assert_eq!(s.bound_servers().unwrap(), ["kb", "crm"]);
+        assert_eq!(s.section("local")["model"], "m");
+        assert_eq!(s.section("tool_assembly"), &serde_json::Value::Null);
+        assert_eq!(s.consent.as_ref().unwrap()["default_host"], "allow");
+        assert_eq!(s.attachments()[0].uri.as_deref(), Some("kb://a"));
+        assert_eq!(s.stray_sections(&["local"]).count(), 0);
+        assert_eq!(
+            s.stray_sections(&["preview"]).collect::<Vec<_>>(),
+            ["local"]
+        );
+        s.check_attachments_bound().unwrap();
+
+        let mut s = s;
+        s.set_budget(1000);
+        let inject = s.section("resource_context_injection");
+        assert_eq!(inject["budget_tokens"], 1000);
+        assert!(inject.get("budget_share").is_none());
+        s.bind("docs".into());
+        assert_eq!(s.bound_servers().unwrap(), ["kb", "crm", "docs"]);
+    }
+
+    #[test]
+    fn errors_name_the_key_in_the_table() {
+        let cases = [
+            ("stages = \"bind\"", "stages"),
+            ("stages = [\"a\", \"b\", \"a\"]", "stages[2]"),
+            ("runner = 1", "runner"),
+            ("system_prompt = []", "system_prompt"),
+            ("turn_timeout_ms = -5", "turn_timeout_ms"),
+        ];
+        for (toml, key) in cases {
+            let e = spec(toml).unwrap_err();
+            assert_eq!(e.key, key, "{toml}: {e}");
+        }
+        let s = spec(
+            r#"
+[bind_mcp_servers]
+servers = ["kb"]
+[resource_context_injection]
+attachments = [{ server = "kb", uri = "kb://a" }, { server = "crm", uri = "crm://b" }]
+"#,
+        )
+        .unwrap();
+        let e = s.check_attachments_bound().unwrap_err();
+        assert_eq!(e.key, "resource_context_injection.attachments[1].server");
+        assert!(e.message.contains("`crm` is not bound"), "{e}");
     }
 }

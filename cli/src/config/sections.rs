@@ -42,7 +42,7 @@ pub struct HostSection {
 pub struct StoreSection {
     /// `sqlite:PATH`, `postgres://…`, `memory` (nothing kept) or `none` (no pins, no
     /// history). Default: `sqlite:` + `hostpipe.db` in the data directory
-    /// ([`data_dir`]). The `--store` flag and `HOSTPIPE_STORE_URL` override it.
+    /// ([`data_dir`](super::data_dir)). The `--store` flag and `HOSTPIPE_STORE_URL` override it.
     pub url: Option<String>,
     /// Days of read history kept: `hostpipe run` deletes older turns (in batches).
     /// Default 0: keep everything.

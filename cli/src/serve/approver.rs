@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use hostpipe_core::{Approver, ConsentAnswer, ConsentRequest};
+use hostpipe_core::ConsentRequest;
+use hostpipe_engine::{Approver, ConsentAnswer};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
@@ -126,7 +127,7 @@ impl Approver for HttpApprover {
         let (tx, rx) = oneshot::channel();
         let shown = PendingConsent {
             id: uuid::Uuid::new_v4().to_string(),
-            asked_at_ms: hostpipe_core::store::unix_ms_now(),
+            asked_at_ms: hostpipe_engine::store::unix_ms_now(),
             request: request.clone(),
         };
         let _withdraw = Withdraw {

@@ -9,10 +9,10 @@
 use axum::http::StatusCode;
 use base64::Engine as _;
 use hostpipe_core::{
-    Attachment, Completion, FallbackReason, InjectionRecord, Pin, Prompt, Resource,
-    ResourceTemplate, RunEvent, ServerInfo, ServerStatus, TokenUsage, Tool, ToolCallEntry,
-    ToolCallRecord, TraceRecord, TurnOutcome,
+    Attachment, Completion, FallbackReason, Prompt, Resource, ResourceTemplate, RunEvent,
+    ServerInfo, ServerStatus, TokenUsage, Tool, ToolCallRecord, TraceRecord,
 };
+use hostpipe_engine::{InjectionRecord, Pin, ToolCallEntry, TurnOutcome};
 use hostpipe_runners::PreviewReport;
 use hostpipe_stages::convert::Converted;
 use serde::Serialize;
@@ -380,7 +380,7 @@ pub(crate) struct TurnResponse<'a> {
     runner: &'a str,
     reply: &'a str,
     failed: bool,
-    status: hostpipe_core::TurnStatus,
+    status: hostpipe_engine::TurnStatus,
     ended_by: Option<&'a str>,
     usage: Option<TokenUsage>,
     events: Option<&'a [RunEvent]>,

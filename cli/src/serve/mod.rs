@@ -8,6 +8,7 @@
 //! balancer can share one PostgreSQL store.
 
 pub mod approver;
+mod auth;
 mod dto;
 mod error;
 mod handlers;
@@ -21,17 +22,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use axum::Router;
-use axum::extract::{FromRequest, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::extract::Request;
+use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use hostpipe_core::{RunEvent, SourceError, StoreError};
-use serde::Serialize;
-use subtle::ConstantTimeEq as _;
+use axum::response::Response;
+use hostpipe_core::RunEvent;
 use tokio_util::task::TaskTracker;
 
 use crate::App;
 pub use approver::HttpApprover;
+pub use error::ApiError;
+pub(crate) use error::{Body, Params};
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -42,7 +43,7 @@ pub const MIN_TOKEN_BYTES: usize = 16;
 /// The longest error message sent, in bytes (longer ones are cut).
 pub const MAX_ERROR_MESSAGE_BYTES: usize = 2048;
 /// How long a client may take to send a request's body once its head is in, unless the
-/// token check set [`BodyLimits`] (`[serve] request_timeout_ms`).
+/// token check set the route's limits (`[serve] request_timeout_ms`).
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The body limits of a request, in its extensions (set by the token check).
@@ -64,114 +65,7 @@ const ADMIN_HTML: &str = include_str!("admin/index.html");
 const ADMIN_JS: &str = include_str!("admin/admin.js");
 const ADMIN_CSS: &str = include_str!("admin/admin.css");
 
-/// What a bearer token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    /// Look: every `GET`, and the two `POST`s that only look (`resources/read`,
-    /// `completion`).
-    Read,
-    /// Everything: also attach and detach, run turns, answer consent requests.
-    Admin,
-}
-
-/// The tokens `hostpipe serve` accepts.
-#[derive(Clone, Default)]
-pub struct Tokens {
-    admin: Vec<Vec<u8>>,
-    read: Vec<Vec<u8>>,
-}
-
-impl std::fmt::Debug for Tokens {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Tokens {{ admin: {} tokens, read: {} tokens }}",
-            self.admin.len(),
-            self.read.len()
-        )
-    }
-}
-
-impl Tokens {
-    /// The tokens of `[serve] admin_tokens` and `read_tokens`, plus `HOSTPIPE_TOKEN`
-    /// (admin) and `HOSTPIPE_READ_TOKEN` (read) when set.
-    ///
-    /// # Errors
-    /// When there is no token at all (every `/v1` route needs one), or a token is
-    /// shorter than [`MIN_TOKEN_BYTES`] or has surrounding whitespace (it names where it
-    /// came from, never the token).
-    pub fn load(
-        section: &crate::config::ServeSection,
-        env_admin: Option<String>,
-        env_read: Option<String>,
-    ) -> anyhow::Result<Self> {
-        /// The checked tokens of one scope: `[serve] KEY[i]`, then `env` (named `env_name`).
-        fn checked(
-            key: &str,
-            configured: &[String],
-            env_name: &str,
-            env: Option<String>,
-        ) -> anyhow::Result<Vec<Vec<u8>>> {
-            let sources = configured
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (format!("[serve] {key}[{i}]"), t.clone()))
-                .chain(env.map(|t| (env_name.to_owned(), t)));
-            sources
-                .map(|(source, token)| {
-                    if token.trim() != token {
-                        anyhow::bail!("{source}: the token has leading or trailing whitespace");
-                    }
-                    if token.len() < MIN_TOKEN_BYTES {
-                        anyhow::bail!(
-                            "{source}: the token is {} bytes; use at least {MIN_TOKEN_BYTES} (e.g. `openssl rand -hex 32`)",
-                            token.len()
-                        );
-                    }
-                    Ok(token.into_bytes())
-                })
-                .collect()
-        }
-        let tokens = Self {
-            admin: checked(
-                "admin_tokens",
-                &section.admin_tokens,
-                "HOSTPIPE_TOKEN",
-                env_admin,
-            )?,
-            read: checked(
-                "read_tokens",
-                &section.read_tokens,
-                "HOSTPIPE_READ_TOKEN",
-                env_read,
-            )?,
-        };
-        if tokens.admin.is_empty() && tokens.read.is_empty() {
-            anyhow::bail!(
-                "no API token: every /v1 route needs one. Set HOSTPIPE_TOKEN (admin) and optionally HOSTPIPE_READ_TOKEN (read-only), or [serve] admin_tokens / read_tokens"
-            );
-        }
-        Ok(tokens)
-    }
-
-    /// The scope of `token`, if it is one of ours. Compared in constant time.
-    pub fn scope_of(&self, token: &[u8]) -> Option<Scope> {
-        let is = |list: &[Vec<u8>]| {
-            // Check every token, so the time does not tell which one matched.
-            list.iter().fold(false, |found, t| {
-                found | bool::from(t.as_slice().ct_eq(token))
-            })
-        };
-        if is(&self.admin) {
-            Some(Scope::Admin)
-        } else if is(&self.read) {
-            Some(Scope::Read)
-        } else {
-            None
-        }
-    }
-}
+pub use auth::{Scope, Tokens};
 
 /// The settings of one `hostpipe serve`.
 #[derive(Debug, Clone)]
@@ -247,7 +141,7 @@ pub(crate) struct ServeState {
 }
 
 /// One event of a streamed turn (`text/event-stream`); the SSE event name is
-/// [`TurnEvent::name`], the data its JSON.
+/// its `name`, the data its JSON.
 #[derive(Debug, Clone)]
 pub enum TurnEvent {
     /// The turn started.
@@ -288,264 +182,6 @@ impl TurnEvent {
             data.unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }).to_string());
         (name, data)
     }
-}
-
-/// An API error: an HTTP status and `{"error": {"code", "message"}}`.
-#[derive(Debug, Clone)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    /// An error with `status`, a stable machine-readable `code` and a message for people.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        let mut message = message.into();
-        // A message may quote the request (a URI, a server's error about it); a huge
-        // request is not echoed whole.
-        if message.len() > MAX_ERROR_MESSAGE_BYTES {
-            let mut end = MAX_ERROR_MESSAGE_BYTES;
-            while !message.is_char_boundary(end) {
-                end -= 1;
-            }
-            message.truncate(end);
-            message.push_str(" […]");
-        }
-        Self {
-            status,
-            code,
-            message,
-        }
-    }
-
-    fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
-    }
-
-    fn not_found(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, code, message)
-    }
-
-    fn body(&self) -> serde_json::Value {
-        serde_json::json!({"error": {"code": self.code, "message": self.message}})
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut response = (self.status, axum::Json(self.body())).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            // RFC 6750 §3.
-            let value = if self.code == "missing_token" {
-                HeaderValue::from_static("Bearer realm=\"hostpipe\"")
-            } else {
-                HeaderValue::from_static("Bearer realm=\"hostpipe\", error=\"invalid_token\"")
-            };
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, value);
-        } else if self.status == StatusCode::FORBIDDEN {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(
-                    "Bearer realm=\"hostpipe\", error=\"insufficient_scope\", scope=\"admin\"",
-                ),
-            );
-        }
-        response
-    }
-}
-
-impl From<SourceError> for ApiError {
-    fn from(e: SourceError) -> Self {
-        let (status, code) = match &e {
-            SourceError::UnknownServer { .. } => (StatusCode::NOT_FOUND, "unknown_server"),
-            SourceError::Unavailable { .. } => {
-                (StatusCode::SERVICE_UNAVAILABLE, "server_unavailable")
-            }
-            SourceError::NotSupported { .. } => (StatusCode::CONFLICT, "not_supported"),
-            SourceError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "server_timeout"),
-            SourceError::Protocol { operation, .. }
-                if e.is_not_found() && operation == "resources/read" =>
-            {
-                (StatusCode::NOT_FOUND, "resource_not_found")
-            }
-            SourceError::Protocol { code: -32602, .. } => {
-                (StatusCode::BAD_REQUEST, "invalid_params")
-            }
-            _ => (StatusCode::BAD_GATEWAY, "server_error"),
-        };
-        Self::new(status, code, e.to_string())
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Invalid(m) => Self::bad_request(m),
-            e => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
-                e.to_string(),
-            ),
-        }
-    }
-}
-
-/// `axum::Json`, with its rejections as [`ApiError`]s: 400 for bad JSON or a body that
-/// does not match (naming the field), 413 over the size limit, 415 without
-/// `Content-Type: application/json`.
-pub(crate) struct Body<T>(pub(crate) T);
-
-impl<S, T> FromRequest<S> for Body<T>
-where
-    axum::Json<T>: FromRequest<S, Rejection = axum::extract::rejection::JsonRejection>,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let limits = req.extensions().get::<BodyLimits>().copied();
-        let limit = limits.map_or(BODY_READ_TIMEOUT, |l| l.timeout);
-        let read = axum::Json::<T>::from_request(req, state);
-        let Ok(read) = tokio::time::timeout(limit, read).await else {
-            return Err(ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "body_timeout",
-                format!(
-                    "the request body did not arrive within {} ms ([serve] request_timeout_ms)",
-                    limit.as_millis()
-                ),
-            ));
-        };
-        match read {
-            Ok(axum::Json(v)) => Ok(Self(v)),
-            Err(rejection) => {
-                let status = rejection.status();
-                let code = match status {
-                    StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-                    _ => "invalid_body",
-                };
-                let status = if status == StatusCode::UNPROCESSABLE_ENTITY {
-                    StatusCode::BAD_REQUEST
-                } else {
-                    status
-                };
-                let message = match (status, limits) {
-                    (StatusCode::PAYLOAD_TOO_LARGE, Some(l)) => format!(
-                        "the body is over {} bytes ([serve] max_body_bytes)",
-                        l.max_bytes
-                    ),
-                    _ => rejection.body_text(),
-                };
-                Err(ApiError::new(status, code, message))
-            }
-        }
-    }
-}
-
-/// `axum::extract::Path`, with its rejection (e.g. a `%ff` that is not UTF-8) as a 400
-/// [`ApiError`].
-pub(crate) struct Params<T>(pub(crate) T);
-
-impl<S, T> axum::extract::FromRequestParts<S> for Params<T>
-where
-    T: serde::de::DeserializeOwned + Send,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(v)) => Ok(Self(v)),
-            Err(rejection) => Err(ApiError::bad_request(format!(
-                "the path: {}",
-                rejection.body_text()
-            ))),
-        }
-    }
-}
-
-/// Which scope a request to the route `route` (as routed: `/v1/servers/{server}/…`)
-/// needs: [`Scope::Read`] for `GET` and the two `POST`s that only look.
-fn needed_scope(method: &Method, route: &str) -> Scope {
-    let looks = method == Method::GET
-        || method == Method::HEAD
-        || (method == Method::POST
-            && matches!(
-                route,
-                "/v1/servers/{server}/resources/read"
-                    | "/v1/servers/{server}/completion"
-                    | "/v1/servers/{server}/prompts/{name}"
-            ));
-    if looks { Scope::Read } else { Scope::Admin }
-}
-
-/// The bearer-token check of every `/v1` route (RFC 6750).
-async fn authorize(
-    State(state): State<Arc<ServeState>>,
-    mut req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(|v| v.as_bytes().to_vec());
-    let Some(given) = given else {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "missing_token",
-            "this route needs `Authorization: Bearer TOKEN`",
-        ));
-    };
-    // The scheme is case-insensitive (RFC 9110 §11.1); one space, then the token.
-    let token = given
-        .get(..7)
-        .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
-        .map(|_| &given[7..])
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_token",
-                "the Authorization header is not `Bearer TOKEN`",
-            )
-        })?;
-    let scope = state.options.tokens.scope_of(token).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_token",
-            "the token is not valid",
-        )
-    })?;
-    let route = req
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map_or("", axum::extract::MatchedPath::as_str);
-    let needed = needed_scope(req.method(), route);
-    if scope < needed {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "insufficient_scope",
-            format!(
-                "{} {} needs an admin token; this one is read-only",
-                req.method(),
-                req.uri().path()
-            ),
-        ));
-    }
-    req.extensions_mut().insert(BodyLimits {
-        timeout: state.options.request_timeout,
-        max_bytes: state.options.max_body_bytes,
-    });
-    if let Some(cell) = req.extensions().get::<ScopeCell>() {
-        let _ = cell.0.set(scope);
-    }
-    Ok(next.run(req).await)
 }
 
 /// One structured access-log line per request (target `hostpipe::access`, level INFO):
@@ -627,7 +263,7 @@ pub(crate) fn router(state: Arc<ServeState>) -> Router {
     let v1 = router::routes(state.options.request_timeout)
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
-            authorize,
+            auth::authorize,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(
             state.options.max_body_bytes,

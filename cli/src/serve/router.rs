@@ -138,7 +138,8 @@ mod tests {
     fn read_only_tokens_may_look_and_nothing_else() {
         use axum::http::Method;
 
-        use super::super::{Scope, needed_scope};
+        use super::super::Scope;
+        use super::super::auth::needed_scope;
         assert_eq!(needed_scope(&Method::GET, "/v1/history"), Scope::Read);
         assert_eq!(
             needed_scope(&Method::POST, "/v1/servers/{server}/resources/read"),

@@ -1,6 +1,7 @@
 //! The tool call history (`hostpipe_tool_calls`, migration 4): one row per call.
 
-use hostpipe_core::{CallOrigin, HistoryQuery, StoreError, ToolCallEntry, ToolCallRecord};
+use hostpipe_core::{CallOrigin, ToolCallRecord};
+use hostpipe_engine::store::{HistoryQuery, StoreError, ToolCallEntry};
 use sqlx::Row as _;
 use sqlx::any::AnyRow;
 

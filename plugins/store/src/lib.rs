@@ -9,8 +9,9 @@
 //! PostgreSQL migrations take an advisory lock.
 //!
 //! ```no_run
-//! # async fn f() -> Result<(), hostpipe_core::StoreError> {
-//! use hostpipe_core::{AttachmentStore as _, AttachmentTarget, NewPin, PinOwner};
+//! # async fn f() -> Result<(), hostpipe_engine::StoreError> {
+//! use hostpipe_core::AttachmentTarget;
+//! use hostpipe_engine::{AttachmentStore as _, NewPin, PinOwner};
 //!
 //! let store = hostpipe_store::SqlStore::open("sqlite:/var/lib/hostpipe/hostpipe.db").await?;
 //! store
@@ -31,11 +32,10 @@ use std::str::FromStr as _;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hostpipe_core::store::{new_pin_id, unix_ms_now};
-use hostpipe_core::{
-    ArgumentValue, AttachmentStore, AttachmentTarget, ConsentGrant, GrantKind, HistoryQuery,
-    InjectionRecord, NewPin, Pin, PinOwner, Pruned, ReadOrigin, ReadOutcome, ReadRecord, Scope,
-    StoreError, ToolCallEntry,
+use hostpipe_core::{ArgumentValue, AttachmentTarget, ReadOrigin, ReadOutcome, ReadRecord, Scope};
+use hostpipe_engine::store::{
+    AttachmentStore, HistoryQuery, HistorySink, InjectionRecord, NewPin, Pin, PinOwner, PinSource,
+    Pruned, StoreError, ToolCallEntry, new_pin_id, unix_ms_now,
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -366,31 +366,7 @@ fn pin_key(owner: &PinOwner, server: &str, kind: &str, target: &str, arguments: 
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&input))
 }
 
-/// The key of a consent grant: XXH3-128 over its parts, each length-prefixed.
-fn grant_key(grant: &ConsentGrant) -> String {
-    let mut input = Vec::new();
-    // A read's key is as it was before calls had grants (migration 4).
-    let kind = match grant.kind {
-        GrantKind::Read => None,
-        GrantKind::Call => Some("call"),
-    };
-    for part in [
-        grant.pipeline.as_str(),
-        grant.conversation.as_str(),
-        grant.server.as_str(),
-        grant.uri.as_str(),
-        origin_str(grant.origin),
-    ]
-    .into_iter()
-    .chain(kind)
-    {
-        input.extend_from_slice(&(part.len() as u64).to_le_bytes());
-        input.extend_from_slice(part.as_bytes());
-    }
-    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&input))
-}
-
-fn origin_str(origin: ReadOrigin) -> &'static str {
+pub(crate) fn origin_str(origin: ReadOrigin) -> &'static str {
     match origin {
         ReadOrigin::Host => "host",
         ReadOrigin::Model => "model",
@@ -491,11 +467,69 @@ enum Bind {
 }
 
 #[async_trait]
+impl PinSource for SqlStore {
+    async fn pins(&self, owners: &[PinOwner], now_ms: i64) -> Result<Vec<Pin>, StoreError> {
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = String::from(
+            "SELECT id, scope, owner, server, kind, target, arguments, created_at_ms, expires_at_ms \
+             FROM hostpipe_pins WHERE (expires_at_ms IS NULL OR expires_at_ms > $1) AND (",
+        );
+        let mut binds = vec![Bind::Int(now_ms)];
+        for (i, owner) in owners.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(" OR ");
+            }
+            let n = binds.len();
+            sql.push_str(&format!("(scope = ${} AND owner = ${})", n + 1, n + 2));
+            binds.push(Bind::Text(owner.scope().as_str().to_owned()));
+            binds.push(Bind::Text(owner.id().to_owned()));
+        }
+        sql.push_str(") ORDER BY created_at_ms, id");
+        let rows = self
+            .timed("load pins", bind_all(&sql, binds).fetch_all(&self.pool))
+            .await?;
+        rows.iter().map(|r| self.pin_from_row(r)).collect()
+    }
+}
+
+#[async_trait]
+impl HistorySink for SqlStore {
+    async fn record(&self, records: &[InjectionRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        records.iter().try_for_each(InjectionRecord::validate)?;
+        // One multi-row INSERT per batch of 500 (20 columns × 500 rows stays under every
+        // driver's bind limit): a turn's reads are one statement, atomic on its own;
+        // more batches share a transaction.
+        if records.len() <= RECORD_BATCH {
+            let q = insert_records(records);
+            return self
+                .timed("record reads", q.execute(&self.pool))
+                .await
+                .map(|_| ());
+        }
+        let work = async {
+            let mut tx = self.pool.begin().await?;
+            for batch in records.chunks(RECORD_BATCH) {
+                insert_records(batch).execute(&mut *tx).await?;
+            }
+            tx.commit().await
+        };
+        self.timed("record reads", work).await
+    }
+    async fn record_calls(&self, calls: &[ToolCallEntry]) -> Result<(), StoreError> {
+        self.insert_calls(calls).await
+    }
+}
+
+#[async_trait]
 impl AttachmentStore for SqlStore {
     fn describe(&self) -> String {
         self.described.clone()
     }
-
     async fn pin(&self, pin: NewPin) -> Result<Pin, StoreError> {
         pin.validate()?;
         let (kind, target, arguments) = target_columns(&pin.target)?;
@@ -522,7 +556,6 @@ impl AttachmentStore for SqlStore {
         let row = self.timed("pin", query.fetch_one(&self.pool)).await?;
         self.pin_from_row(&row)
     }
-
     async fn unpin(
         &self,
         owner: &PinOwner,
@@ -535,35 +568,6 @@ impl AttachmentStore for SqlStore {
         let done = self.timed("unpin", query.execute(&self.pool)).await?;
         Ok(done.rows_affected() > 0)
     }
-
-    async fn grant(&self, grant: &ConsentGrant, now_ms: i64) -> Result<(), StoreError> {
-        grant.validate()?;
-        let query = sqlx::query(
-            "INSERT INTO hostpipe_consent_grants \
-             (grant_key, pipeline, conversation, server, uri, origin, granted_at_ms, kind) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (grant_key) DO NOTHING",
-        )
-        .bind(grant_key(grant))
-        .bind(grant.pipeline.clone())
-        .bind(grant.conversation.clone())
-        .bind(grant.server.clone())
-        .bind(grant.uri.clone())
-        .bind(origin_str(grant.origin))
-        .bind(now_ms)
-        .bind(grant.kind.as_str());
-        self.timed("grant", query.execute(&self.pool)).await?;
-        Ok(())
-    }
-
-    async fn is_granted(&self, grant: &ConsentGrant) -> Result<bool, StoreError> {
-        let query = sqlx::query("SELECT 1 FROM hostpipe_consent_grants WHERE grant_key = $1")
-            .bind(grant_key(grant));
-        let row = self
-            .timed("is_granted", query.fetch_optional(&self.pool))
-            .await?;
-        Ok(row.is_some())
-    }
-
     async fn unpin_id(&self, owner: &PinOwner, id: &str) -> Result<bool, StoreError> {
         let query =
             sqlx::query("DELETE FROM hostpipe_pins WHERE scope = $1 AND owner = $2 AND id = $3")
@@ -573,57 +577,6 @@ impl AttachmentStore for SqlStore {
         let done = self.timed("unpin", query.execute(&self.pool)).await?;
         Ok(done.rows_affected() > 0)
     }
-
-    async fn pins(&self, owners: &[PinOwner], now_ms: i64) -> Result<Vec<Pin>, StoreError> {
-        if owners.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut sql = String::from(
-            "SELECT id, scope, owner, server, kind, target, arguments, created_at_ms, expires_at_ms \
-             FROM hostpipe_pins WHERE (expires_at_ms IS NULL OR expires_at_ms > $1) AND (",
-        );
-        let mut binds = vec![Bind::Int(now_ms)];
-        for (i, owner) in owners.iter().enumerate() {
-            if i > 0 {
-                sql.push_str(" OR ");
-            }
-            let n = binds.len();
-            sql.push_str(&format!("(scope = ${} AND owner = ${})", n + 1, n + 2));
-            binds.push(Bind::Text(owner.scope().as_str().to_owned()));
-            binds.push(Bind::Text(owner.id().to_owned()));
-        }
-        sql.push_str(") ORDER BY created_at_ms, id");
-        let rows = self
-            .timed("load pins", bind_all(&sql, binds).fetch_all(&self.pool))
-            .await?;
-        rows.iter().map(|r| self.pin_from_row(r)).collect()
-    }
-
-    async fn record(&self, records: &[InjectionRecord]) -> Result<(), StoreError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        records.iter().try_for_each(InjectionRecord::validate)?;
-        // One multi-row INSERT per batch of 500 (20 columns × 500 rows stays under every
-        // driver's bind limit): a turn's reads are one statement, atomic on its own;
-        // more batches share a transaction.
-        if records.len() <= RECORD_BATCH {
-            let q = insert_records(records);
-            return self
-                .timed("record reads", q.execute(&self.pool))
-                .await
-                .map(|_| ());
-        }
-        let work = async {
-            let mut tx = self.pool.begin().await?;
-            for batch in records.chunks(RECORD_BATCH) {
-                insert_records(batch).execute(&mut *tx).await?;
-            }
-            tx.commit().await
-        };
-        self.timed("record reads", work).await
-    }
-
     async fn history(&self, query: &HistoryQuery) -> Result<Vec<InjectionRecord>, StoreError> {
         let (sql, binds) = history_select("hostpipe_reads", "outcome <> 'read'", query);
         let rows = self
@@ -631,15 +584,9 @@ impl AttachmentStore for SqlStore {
             .await?;
         rows.iter().map(|r| self.record_from_row(r)).collect()
     }
-
-    async fn record_calls(&self, calls: &[ToolCallEntry]) -> Result<(), StoreError> {
-        self.insert_calls(calls).await
-    }
-
     async fn call_history(&self, query: &HistoryQuery) -> Result<Vec<ToolCallEntry>, StoreError> {
         self.select_calls(query).await
     }
-
     async fn prune(
         &self,
         now_ms: i64,
@@ -658,7 +605,7 @@ impl AttachmentStore for SqlStore {
                      (SELECT turn_id, seq FROM hostpipe_reads WHERE at_ms < $1 LIMIT $2)",
                 )
                 .bind(cut)
-                .bind(i64::try_from(hostpipe_core::store::PRUNE_BATCH).unwrap_or(i64::MAX));
+                .bind(i64::try_from(hostpipe_engine::store::PRUNE_BATCH).unwrap_or(i64::MAX));
                 self.timed("prune", q.execute(&self.pool))
                     .await?
                     .rows_affected()
@@ -671,7 +618,7 @@ impl AttachmentStore for SqlStore {
                  (SELECT turn_id, seq FROM hostpipe_tool_calls WHERE at_ms < $1 LIMIT $2)",
             )
             .bind(cut)
-            .bind(i64::try_from(hostpipe_core::store::PRUNE_BATCH).unwrap_or(i64::MAX));
+            .bind(i64::try_from(hostpipe_engine::store::PRUNE_BATCH).unwrap_or(i64::MAX));
             self.timed("prune", q.execute(&self.pool)).await?;
         }
         Ok(Pruned {
@@ -736,136 +683,16 @@ fn bind_all(
     q
 }
 
-/// The SQLite URL of file `path`: `%`, `?` and `#` are percent-encoded so that they
-/// stay part of the file name.
-pub fn sqlite_url(path: &Path) -> String {
-    let mut url = String::from("sqlite://");
-    for c in path.to_string_lossy().chars() {
-        match c {
-            '%' => url.push_str("%25"),
-            '?' => url.push_str("%3F"),
-            '#' => url.push_str("%23"),
-            c => url.push(c),
-        }
-    }
-    url
-}
-
-/// Checks the scheme and, for a SQLite file, creates its directory and asks for the
-/// file to be created (`mode=rwc`) unless the URL sets a mode.
-fn normalize_url(url: &str) -> Result<(Backend, String), StoreError> {
-    let invalid = |message: String| StoreError::Open {
-        store: describe_url(url),
-        message,
-    };
-    let scheme = url
-        .split_once(':')
-        .map_or(String::new(), |(s, _)| s.to_ascii_lowercase());
-    // sqlx matches schemes case-sensitively; URL schemes are not (RFC 3986 §3.1).
-    let url = match url.split_once(':') {
-        Some((_, rest)) => format!("{scheme}:{rest}"),
-        None => url.to_owned(),
-    };
-    let url = url.as_str();
-    match scheme.as_str() {
-        "postgres" | "postgresql" => Ok((Backend::Postgres, url.to_owned())),
-        "sqlite" => {
-            let rest = url
-                .trim_start_matches("sqlite://")
-                .trim_start_matches("sqlite:");
-            let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
-            if path.is_empty() {
-                return Err(invalid(
-                    "the URL names no file (e.g. sqlite:/var/lib/hostpipe/hostpipe.db)".into(),
-                ));
-            }
-            if path == ":memory:" {
-                return Ok((Backend::Sqlite, url.to_owned()));
-            }
-            let decoded = path
-                .replace("%3F", "?")
-                .replace("%23", "#")
-                .replace("%25", "%");
-            if let Some(dir) = Path::new(&decoded).parent()
-                && !dir.as_os_str().is_empty()
-            {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    invalid(format!(
-                        "cannot create the directory {}: {e}",
-                        dir.display()
-                    ))
-                })?;
-            }
-            let url = if params.split('&').any(|p| p.starts_with("mode=")) {
-                format!("sqlite://{path}?{params}")
-            } else if params.is_empty() {
-                format!("sqlite://{path}?mode=rwc")
-            } else {
-                format!("sqlite://{path}?{params}&mode=rwc")
-            };
-            Ok((Backend::Sqlite, url))
-        }
-        _ => Err(invalid(
-            "unknown scheme: use sqlite:PATH or postgres://USER@HOST/DATABASE".into(),
-        )),
-    }
-}
-
-/// `url` without its password (in the authority or a `password=` parameter), for
-/// messages.
-fn describe_url(url: &str) -> String {
-    let mut s = match AnyConnectOptions::from_str(url) {
-        Ok(o) => {
-            let mut u = o.database_url;
-            if u.password().is_some() {
-                let _ = u.set_password(Some("***"));
-            }
-            let query: Vec<(String, String)> = u
-                .query_pairs()
-                .map(|(k, v)| {
-                    let v = if k.eq_ignore_ascii_case("password") {
-                        "***".to_owned()
-                    } else {
-                        v.into_owned()
-                    };
-                    (k.into_owned(), v)
-                })
-                .filter(|(k, v)| !(k == "mode" && v == "rwc"))
-                .collect();
-            if query.is_empty() {
-                u.set_query(None);
-            } else {
-                u.query_pairs_mut().clear().extend_pairs(query);
-            }
-            u.to_string()
-        }
-        // Unparsable (e.g. a `/` or `#` in the password): keep the scheme and the host.
-        Err(_) => match (url.split_once("://"), url.rsplit_once('@')) {
-            (Some((scheme, _)), Some((_, host))) => format!("{scheme}://***@{host}"),
-            _ => url.split('?').next().unwrap_or(url).to_owned(),
-        },
-    };
-    if s.ends_with('?') {
-        s.pop();
-    }
-    s
-}
-
-/// The error with its causes ("error returned from database: relation … does not exist").
-fn error_text(e: &sqlx::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
-}
+/// docs/attachments.md, its examples compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/attachments.md")]
+pub struct AttachmentsGuide;
 
 mod calls;
+mod grants;
+mod url;
+
+pub use url::sqlite_url;
+use url::{describe_url, error_text, normalize_url};
 #[cfg(test)]
 mod tests;

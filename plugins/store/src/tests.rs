@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use hostpipe_core::store::check_store;
+use hostpipe_engine::testkit::check_store;
 
 use super::*;
 

@@ -63,7 +63,7 @@ fn completed(text: &str) -> RunEvent {
 /// last.
 async fn failure(runner: &DifyRunner, request: &RunRequest) -> String {
     // As a pipeline runs it: its failure reported by the layer.
-    let layered = hostpipe_core::layer::ReportFailure::new(runner);
+    let layered = hostpipe_engine::layer::ReportFailure::new(runner);
     let (result, events) = stub::run(&layered, request).await;
     let e = result.unwrap_err();
     assert_eq!(

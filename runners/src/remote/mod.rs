@@ -16,7 +16,7 @@
 //! fields plus `tool_endpoint`, a URL and a per-turn token with which the agent calls
 //! the turn's tools through hostpipe, under the pipeline's policy (offered tools, bound
 //! servers, consent; every call audited with origin `agent`). The token is valid while
-//! the turn runs. See [`tools`] and docs/remote-runner.md.
+//! the turn runs. See `remote/tools.rs` and docs/remote-runner.md.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! 2. Otherwise the texts are ranked in passages (`fit/walk.rs`): every text is cut along its
 //!    structure ([`crate::passage`]), all passages of all texts are scored against the
 //!    query in one BM25 ranking ([`crate::index`]), optionally fused with dense
-//!    retrieval and reranked ([`crate::retrieval`]), and the budget goes to the best
+//!    retrieval and reranked ([`retrieval`]), and the budget goes to the best
 //!    passages, the first that does not fit cut to the sentences around its best match
 //!    ([`crate::excerpt`]). Must resources (`priority` 1.0, or `must = true`) come
 //!    first; scope and priority break near-ties.
@@ -17,6 +17,7 @@
 //! The injected total never exceeds the budget, and for ranked texts a larger budget
 //! never loses a passage a smaller one kept (a property test below).
 
+pub mod retrieval;
 mod shrink;
 mod walk;
 
@@ -31,12 +32,12 @@ use hostpipe_core::{
 use rayon::prelude::*;
 use serde::Deserialize;
 
+use self::retrieval::Retrieval;
 use crate::budget::{Need, allocate};
 use crate::convert::{Converted, image_tokens};
 use crate::index::{DocIndex, Query};
 use crate::lexical::{Analyzer, Language};
 use crate::passage::SplitKind;
-use crate::retrieval::Retrieval;
 
 /// How a text that does not fit is shrunk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]

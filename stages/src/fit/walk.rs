@@ -17,11 +17,11 @@ use std::sync::Arc;
 use hostpipe_core::{PassageRecord, Tokenizer, Treatment};
 use rustc_hash::FxHashMap;
 
+use super::retrieval::Pool;
 use super::{FitOptions, FitOutcome, Fitted, Item, boost, count_cached, text_block};
 use crate::convert::Converted;
 use crate::excerpt::{Kept, Spans, excerpts, render};
 use crate::index::{DocIndex, Query, RankInput, field_terms, rank};
-use crate::retrieval::Pool;
 
 /// What the walk needs.
 pub(super) struct Input<'a> {

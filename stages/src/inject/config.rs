@@ -10,13 +10,13 @@ use hostpipe_core::{
 };
 use serde::Deserialize;
 
+use crate::attachment::AttachmentSpec;
 use crate::convert::ConvertLimits;
+use crate::fit::retrieval::Retrieval;
 use crate::fit::{Caches, FitOptions, Strategy};
 use crate::lexical::{Analyzer, Language};
 use crate::reader::ReadPolicy;
-use crate::retrieval::Retrieval;
 use crate::summarize::ExtractiveSummarizer;
-use crate::uri_template;
 
 /// One attachment in the config: a static `uri`, or a `template` with `arguments`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -39,6 +39,19 @@ pub struct AttachmentConfig {
     /// if it fits, else its best passages first. Default false.
     #[serde(default)]
     pub must: bool,
+}
+
+impl AttachmentConfig {
+    /// The server and target, as every front end names an attachment (checked by
+    /// [`AttachmentTarget::try_from`]).
+    pub fn spec(&self) -> AttachmentSpec {
+        AttachmentSpec {
+            server: self.server.clone(),
+            uri: self.uri.clone(),
+            template: self.template.clone(),
+            arguments: self.arguments.clone(),
+        }
+    }
 }
 
 /// Config section `[pipelines.ID.resource_context_injection]`.
@@ -361,46 +374,9 @@ fn attachment(
         };
         return Err(ConfigError::new(at("server"), e.to_string()));
     }
-    let target = match (&a.uri, &a.template) {
-        (Some(uri), None) => {
-            if !a.arguments.is_empty() {
-                return Err(ConfigError::new(
-                    at("arguments"),
-                    "arguments need a `template`, not a `uri`",
-                ));
-            }
-            AttachmentTarget::Uri { uri: uri.clone() }
-        }
-        (None, Some(template)) => {
-            let vars = uri_template::variables(template)
-                .map_err(|e| ConfigError::new(at("template"), e.to_string()))?;
-            if let Some(missing) = vars.iter().find(|v| !a.arguments.contains_key(*v)) {
-                return Err(ConfigError::new(
-                    at("arguments"),
-                    format!("template `{template}` needs argument `{missing}`"),
-                ));
-            }
-            if let Some(extra) = a.arguments.keys().find(|k| !vars.contains(k)) {
-                return Err(ConfigError::new(
-                    at("arguments"),
-                    format!(
-                        "template `{template}` has no variable `{extra}`; its variables: {}",
-                        vars.join(", ")
-                    ),
-                ));
-            }
-            AttachmentTarget::Template {
-                template: template.clone(),
-                arguments: a.arguments.clone(),
-            }
-        }
-        _ => {
-            return Err(ConfigError::new(
-                at(""),
-                "give exactly one of `uri` and `template`",
-            ));
-        }
-    };
+    let spec = a.spec();
+    let target = AttachmentTarget::try_from(&spec)
+        .map_err(|e| ConfigError::new(at(e.key()), e.to_string()))?;
     Ok((
         Attachment {
             server: a.server.clone(),

@@ -1,4 +1,4 @@
-//! The injection path end to end on a fake MCP source ([`crate::testkit`]): no node,
+//! The injection path end to end on a fake MCP source (`hostpipe_engine::testkit`): no node,
 //! no Python.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -9,13 +9,14 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use hostpipe_core::{
-    Attachment, AttachmentTarget, BlockBody, BoundServer, BuildContext, Consent, ConsentConfig,
-    ConsentPolicy, ConsentRule, Decision, FallbackReason, McpSource, ModelProfile, ReadOutcome,
-    ReadRecord, ResourceContents, Scope, ServerStatus, Stage, StageOutcome, Treatment, Turn,
+    Attachment, AttachmentTarget, BlockBody, BoundServer, BuildContext, FallbackReason, McpSource,
+    ModelProfile, ReadOutcome, ReadRecord, ResourceContents, Scope, ServerStatus, Stage,
+    StageOutcome, Treatment, Turn,
 };
+use hostpipe_engine::{Consent, ConsentConfig, ConsentPolicy, ConsentRule, Decision};
 
 use super::{AttachmentConfig, InjectConfig, ResourceContextInjection};
-use crate::testkit::FakeSource;
+use hostpipe_engine::testkit::FakeSource;
 
 /// A handbook of `sections` sections about `topic`, the last one answering where
 /// visitors park.
@@ -108,7 +109,7 @@ fn stage(mcp: Arc<FakeSource>, config: InjectConfig) -> ResourceContextInjection
 }
 
 /// A turn asking `message`, with `kb` and `secret` bound.
-fn deny(rule: ConsentRule) -> Arc<Consent> {
+fn deny(rule: ConsentRule) -> Arc<dyn hostpipe_core::ConsentGate> {
     let policy = ConsentPolicy::new(ConsentConfig {
         rules: vec![rule],
         ..ConsentConfig::default()

@@ -16,8 +16,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 use hostpipe_core::trace::ReadSink;
 use hostpipe_core::{
-    CallOrigin, Consent, ConsentRequest, Decision, McpSource, ModelProfile, ReadOrigin,
-    ReadOutcome, ReadRecord, ResourceContents, Scope, Tokenizer, ToolCallRecord, ToolCallRequest,
+    CallOrigin, ConsentGate, ConsentRequest, McpSource, ModelProfile, ReadOrigin, ReadOutcome,
+    ReadRecord, ResourceContents, Scope, Tokenizer, ToolCallRecord, ToolCallRequest,
     ToolCallResult, ToolContent, ToolError, ToolExecutor, ToolHints, ToolOrigin, Treatment,
     TruncationSide, cap_json,
 };
@@ -43,7 +43,7 @@ pub struct BoundTools {
     pub(super) max_read_tokens: usize,
     /// The pipeline's rules for resources ([`ReadPolicy`]).
     pub(super) policy: Arc<ReadPolicy>,
-    pub(super) consent: Option<Arc<Consent>>,
+    pub(super) consent: Option<Arc<dyn ConsentGate>>,
     /// The turn's ids for consent requests (server, URI or tool filled in per call).
     pub(super) asker: ConsentRequest,
     pub(super) deadline: Option<Instant>,
@@ -230,9 +230,9 @@ impl BoundTools {
         // user only, and those a rule denies to the model outright (not those it asks
         // about: the answer may be yes).
         let denied = |uri: &str| {
-            self.consent.as_ref().is_some_and(|gate| {
-                gate.policy().decide(server, uri, ReadOrigin::Model).0 == Decision::Deny
-            })
+            self.consent
+                .as_ref()
+                .is_some_and(|gate| gate.denies(server, uri, ReadOrigin::Model))
         };
         let resources: Vec<_> = resources
             .iter()

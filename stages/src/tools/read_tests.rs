@@ -1,4 +1,4 @@
-//! The model's `read_resource` on a fake MCP source ([`crate::testkit`]): the same
+//! The model's `read_resource` on a fake MCP source (`hostpipe_engine::testkit`): the same
 //! policy and consent as injection, and what the model is told.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
@@ -6,14 +6,14 @@
 use std::sync::Arc;
 
 use hostpipe_core::{
-    Annotations, BoundServer, Consent, ConsentConfig, ConsentPolicy, ConsentRule, Decision,
-    McpSource, ReadOrigin, ReadOutcome, ReadRecord, ResourceContents, Role, ServerStatus, Stage,
-    ToolCallResult, ToolContent, ToolError, Turn,
+    Annotations, BoundServer, McpSource, ReadOrigin, ReadOutcome, ReadRecord, ResourceContents,
+    Role, ServerStatus, Stage, ToolCallResult, ToolContent, ToolError, Turn,
 };
+use hostpipe_engine::{Consent, ConsentConfig, ConsentPolicy, ConsentRule, Decision};
 use serde_json::json;
 
 use super::{READ_RESOURCE, ToolAssembly, ToolAssemblyConfig};
-use crate::testkit::FakeSource;
+use hostpipe_engine::testkit::FakeSource;
 
 fn source() -> Arc<FakeSource> {
     let text = |uri: &str, text: &str| ResourceContents::Text {
@@ -69,7 +69,7 @@ async fn read(
             ..ConsentConfig::default()
         })
         .unwrap();
-        Arc::new(Consent::new(policy, None))
+        Arc::new(Consent::new(policy, None)) as Arc<dyn hostpipe_core::ConsentGate>
     });
     let stage =
         ToolAssembly::new(ToolAssemblyConfig::default(), mcp as Arc<dyn McpSource>).unwrap();

@@ -4,8 +4,9 @@
 
 use hostpipe_core::{
     CallOrigin, FallbackReason, RunReply, ServerStatus, TokenUsage, Tool, ToolCallRecord,
-    ToolCallResult, ToolHints, Trace, TurnOutcome,
+    ToolCallResult, ToolHints, Trace,
 };
+use hostpipe_engine::TurnOutcome;
 use hostpipe_stages::convert::Converted;
 use serde_json::{Value, json};
 
@@ -62,7 +63,7 @@ fn outcome() -> TurnOutcome {
                 text: "hello".into(),
             }],
         }),
-        status: hostpipe_core::TurnStatus::Completed,
+        status: hostpipe_engine::TurnStatus::Completed,
         trace: Trace::new(),
     }
 }

@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use hostpipe_core::ConsentAnswer;
+use hostpipe_engine::ConsentAnswer;
 use serde::Deserialize;
 
 use super::super::dto::ConsentRequestList;

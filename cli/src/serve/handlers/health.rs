@@ -6,7 +6,8 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use hostpipe_core::{HistoryQuery, McpSource as _};
+use hostpipe_core::McpSource as _;
+use hostpipe_engine::HistoryQuery;
 
 use super::super::dto::{Health, Ready, ReadyStatus, ServerHealth, StoreHealth};
 use super::{St, json};

@@ -1,7 +1,7 @@
 //! The read and tool-call history: `GET /v1/history` and `GET /v1/history/tool-calls`.
 
 use axum::extract::State;
-use hostpipe_core::HistoryQuery;
+use hostpipe_engine::HistoryQuery;
 use serde::Deserialize;
 
 use super::super::ApiError;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use hostpipe_core::Pipeline;
+use hostpipe_engine::Pipeline;
 
 use super::error::ApiResult;
 use super::{ApiError, ServeState};
@@ -31,15 +31,15 @@ fn json(value: impl serde::Serialize) -> Response {
     axum::Json(value).into_response()
 }
 
-/// Ids given in a body: 1 to [`hostpipe_core::store::MAX_ID_BYTES`] bytes, not blank.
+/// Ids given in a body: 1 to [`hostpipe_engine::store::MAX_ID_BYTES`] bytes, not blank.
 fn check_ids(ids: &[(&str, &Option<String>)]) -> ApiResult<()> {
     for (name, value) in ids {
         if let Some(v) = value
-            && (v.trim().is_empty() || v.len() > hostpipe_core::store::MAX_ID_BYTES)
+            && (v.trim().is_empty() || v.len() > hostpipe_engine::store::MAX_ID_BYTES)
         {
             return Err(ApiError::bad_request(format!(
                 "`{name}` must be 1 to {} bytes, not blank",
-                hostpipe_core::store::MAX_ID_BYTES
+                hostpipe_engine::store::MAX_ID_BYTES
             )));
         }
     }
@@ -58,7 +58,7 @@ fn pipeline<'a>(state: &'a ServeState, id: &str) -> ApiResult<&'a Pipeline> {
 }
 
 /// The attachment store, or 409 `no_store`.
-fn store(state: &ServeState) -> ApiResult<&dyn hostpipe_core::AttachmentStore> {
+fn store(state: &ServeState) -> ApiResult<&dyn hostpipe_engine::AttachmentStore> {
     state.app.store.as_deref().ok_or_else(|| {
         ApiError::new(
             StatusCode::CONFLICT,

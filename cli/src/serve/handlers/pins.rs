@@ -5,14 +5,15 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use hostpipe_core::{ArgumentValue, Attachment, NewPin, PinOwner};
+use hostpipe_core::{ArgumentValue, Attachment, AttachmentTarget};
+use hostpipe_engine::{NewPin, PinOwner};
 use serde::Deserialize;
 
 use super::super::dto::Attachments;
-use super::super::error::{ApiResult, target_error, uri_with_brace};
+use super::super::error::{ApiResult, target_error};
 use super::super::{ApiError, Body, Params, ServeState};
 use super::{St, json, pipeline, store};
-use crate::ops::pin_target;
+use crate::ops::AttachmentSpec;
 
 /// `POST …/attachments`: a URI, or a template with its arguments.
 #[derive(Debug, Deserialize)]
@@ -36,7 +37,7 @@ async fn list_pins(state: &ServeState, owner: PinOwner) -> ApiResult {
     let pins = store
         .pins(
             std::slice::from_ref(&owner),
-            hostpipe_core::store::unix_ms_now(),
+            hostpipe_engine::store::unix_ms_now(),
         )
         .await?;
     let configured: Vec<Attachment> = match &owner {
@@ -62,22 +63,13 @@ async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResul
             }
             _ => ApiError::new(StatusCode::CONFLICT, "server_not_bound", format!("{e:#}")),
         })?;
-    let target = match (body.uri, body.template) {
-        (Some(uri), None) if uri.contains('{') => return Err(uri_with_brace()),
-        (Some(uri), None) => pin_target(&uri, body.arguments),
-        (None, Some(template)) if template.contains('{') => pin_target(&template, body.arguments),
-        (None, Some(template)) => {
-            return Err(ApiError::bad_request(format!(
-                "`{template}` is not a URI template (no {{variable}}); give it as `uri`"
-            )));
-        }
-        _ => {
-            return Err(ApiError::bad_request(
-                "give exactly one of `uri` and `template`",
-            ));
-        }
-    }
-    .map_err(target_error)?;
+    let spec = AttachmentSpec {
+        server: body.server.clone(),
+        uri: body.uri,
+        template: body.template,
+        arguments: body.arguments,
+    };
+    let target = AttachmentTarget::try_from(&spec).map_err(target_error)?;
     let expires_at_ms = match body.expires_in_ms {
         Some(0) => {
             return Err(ApiError::bad_request(
@@ -90,7 +82,7 @@ async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResul
             ));
         }
         Some(ms) => Some(
-            hostpipe_core::store::unix_ms_now()
+            hostpipe_engine::store::unix_ms_now()
                 .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)),
         ),
         None => None,

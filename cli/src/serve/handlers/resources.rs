@@ -14,7 +14,7 @@ use super::super::dto::{
 use super::super::error::{ApiResult, target_error};
 use super::super::{ApiError, Body, Params};
 use super::{St, json, pipeline};
-use crate::ops::pin_target;
+use crate::ops::AttachmentSpec;
 
 /// `GET /v1/servers/{server}/resources`.
 pub(crate) async fn list_resources(State(state): St, Params(server): Params<String>) -> ApiResult {
@@ -60,35 +60,29 @@ pub(crate) async fn read_resource(
 ) -> ApiResult {
     state.app.check_server(&server)?;
     let from_template = body.template.clone();
-    let uri = match (body.uri, body.template) {
-        (Some(uri), None) if body.arguments.is_empty() => uri,
-        (Some(_), None) => {
-            return Err(ApiError::bad_request(
-                "`arguments` are for `template`; give `uri` alone",
-            ));
-        }
-        (None, Some(template)) => {
-            let arguments = body
-                .arguments
-                .into_iter()
-                .map(|(k, v)| (k, ArgumentValue::Literal(v)))
-                .collect();
-            let AttachmentTarget::Template {
-                template,
-                arguments,
-            } = pin_target(&template, arguments).map_err(target_error)?
-            else {
-                return Err(ApiError::bad_request(format!(
-                    "`{template}` is not a URI template (no {{variable}}); give it as `uri`"
-                )));
-            };
+    let spec = AttachmentSpec {
+        server: server.clone(),
+        uri: body.uri,
+        template: body.template,
+        arguments: body
+            .arguments
+            .into_iter()
+            .map(|(k, v)| (k, ArgumentValue::Literal(v)))
+            .collect(),
+    };
+    let uri = match AttachmentTarget::try_from(&spec).map_err(target_error)? {
+        AttachmentTarget::Template {
+            template,
+            arguments,
+        } => {
             hostpipe_stages::uri_template::expand(&template, &arguments, &Variables::default())
                 .map_err(|e| ApiError::bad_request(format!("URI template `{template}`: {e}")))?
                 .0
         }
-        _ => {
+        AttachmentTarget::Uri { uri } => uri,
+        AttachmentTarget::Embedded { .. } => {
             return Err(ApiError::bad_request(
-                "give exactly one of `uri` and `template`",
+                "give `uri`, or `template` and `arguments`",
             ));
         }
     };

@@ -64,7 +64,7 @@ pub(crate) async fn list_tools(
 
 /// A turn a stage ended before the tools were assembled (a required server down, a
 /// stage failing): 409 with the stage's reply.
-fn ended(outcome: &hostpipe_core::TurnOutcome) -> ApiError {
+fn ended(outcome: &hostpipe_engine::TurnOutcome) -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,
         "turn_ended",
@@ -77,7 +77,7 @@ fn ended(outcome: &hostpipe_core::TurnOutcome) -> ApiError {
 }
 
 /// `POST /v1/servers/{server}/tools/{name}/call`: `name` as the server lists it; the
-/// call is made as in a turn of `pipeline` (see [`hostpipe_core::Pipeline::call_tool`]).
+/// call is made as in a turn of `pipeline` (see [`hostpipe_engine::Pipeline::call_tool`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ToolCallBody {

@@ -11,18 +11,16 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use hostpipe_core::{
-    ArgumentValue, Attachment, EventSink, HistoryMessage, Pipeline, Scope as PinScope, Turn,
-    TurnOutcome, Variables,
-};
+use hostpipe_core::{EventSink, HistoryMessage, Scope as PinScope, Turn, Variables};
+use hostpipe_engine::{Pipeline, TurnOutcome};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use super::super::dto::{TurnResponse, TurnStarted, document};
-use super::super::error::{ApiResult, uri_with_brace};
+use super::super::error::ApiResult;
 use super::super::{ApiError, Body, ServeState, TurnEvent};
 use super::{St, check_ids, json, pipeline};
-use crate::ops::pin_target;
+use crate::ops::AttachmentSpec;
 
 /// `POST /v1/turns`.
 #[derive(Debug, Deserialize)]
@@ -42,20 +40,10 @@ pub(crate) struct TurnBody {
     history: Vec<HistoryMessage>,
     /// Message-scope attachments.
     #[serde(default)]
-    attachments: Vec<TurnAttachment>,
+    attachments: Vec<AttachmentSpec>,
     /// Stream server-sent events (also: `Accept: text/event-stream`).
     #[serde(default)]
     stream: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TurnAttachment {
-    server: String,
-    uri: Option<String>,
-    template: Option<String>,
-    #[serde(default)]
-    arguments: BTreeMap<String, ArgumentValue>,
 }
 
 /// Why a turn ended without an outcome.
@@ -106,27 +94,10 @@ fn turn_from(state: &ServeState, body: TurnBody) -> ApiResult<Turn> {
             .app
             .check_server(&a.server)
             .map_err(|e| ApiError::bad_request(format!("attachments[{i}]: {e}")))?;
-        let target = match (a.uri, a.template) {
-            (Some(uri), None) if uri.contains('{') => {
-                return Err(ApiError::bad_request(format!(
-                    "attachments[{i}]: {}",
-                    uri_with_brace().message
-                )));
-            }
-            (Some(uri), None) => pin_target(&uri, a.arguments),
-            (None, Some(t)) => pin_target(&t, a.arguments),
-            _ => {
-                return Err(ApiError::bad_request(format!(
-                    "attachments[{i}]: give exactly one of `uri` and `template`"
-                )));
-            }
-        }
-        .map_err(|e| ApiError::bad_request(format!("attachments[{i}]: {e}")))?;
-        attachments.push(Attachment {
-            server: a.server,
-            target,
-            scope: PinScope::Message,
-        });
+        attachments.push(
+            a.attachment(PinScope::Message)
+                .map_err(|e| ApiError::bad_request(format!("attachments[{i}]: {e}")))?,
+        );
     }
     check_ids(&[
         ("conversation_id", &body.conversation_id),
@@ -347,7 +318,7 @@ impl TurnRun {
         } = self;
         let turn_timeout = self.state.options.turn_timeout;
         match outcome {
-            Ok(outcome) if outcome.status == hostpipe_core::TurnStatus::TimedOut => {
+            Ok(outcome) if outcome.status == hostpipe_engine::TurnStatus::TimedOut => {
                 tracing::warn!(
                     target: "hostpipe::turns",
                     turn_id, pipeline = pipeline_id, runner,

@@ -145,7 +145,7 @@ fn text_result(text: &str) -> Result<ToolCallResult, ToolError> {
 /// Runs and expects a failure; its display text, and checks `run_failed` came last.
 async fn failure(runner: &LocalAgentRunner, request: &RunRequest) -> (RunError, Vec<RunEvent>) {
     // As a pipeline runs it: its failure reported by the layer.
-    let layered = hostpipe_core::layer::ReportFailure::new(runner);
+    let layered = hostpipe_engine::layer::ReportFailure::new(runner);
     let (result, events) = stub::run(&layered, request).await;
     let e = result.unwrap_err();
     assert_eq!(

@@ -22,7 +22,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use hostpipe_core::layer::{CatchPanic, ReportFailure, Timeout};
+//! use hostpipe_engine::layer::{CatchPanic, ReportFailure, Timeout};
 //! use hostpipe_core::{EventSink, RunError, RunRequest, Runner};
 //!
 //! struct Echo;
@@ -46,8 +46,8 @@ use async_trait::async_trait;
 use futures_util::FutureExt as _;
 use tokio::time::Instant;
 
-use crate::error::RunError;
-use crate::run::{EventSink, RunEvent, RunRequest, Runner};
+use hostpipe_core::RunError;
+use hostpipe_core::run::{EventSink, RunEvent, RunRequest, Runner};
 
 /// Ends the inner run with [`RunError::Timeout`] at the request's deadline
 /// ([`RunRequest::deadline`]) or `limit` after it starts, whichever comes first (neither:
@@ -161,7 +161,7 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::run::collect_reply;
+    use hostpipe_core::run::collect_reply;
 
     enum Behaviour {
         Sleep(Duration),
@@ -200,7 +200,7 @@ mod tests {
     }
 
     fn request() -> RunRequest {
-        let mut turn = crate::Turn::new("p", "hi");
+        let mut turn = hostpipe_core::Turn::new("p", "hi");
         RunRequest::from_turn(&mut turn)
     }
 

@@ -1,11 +1,6 @@
 //! A fake [`McpSource`] for tests: servers that serve text and blob resources and
 //! templates from memory, fail reads on demand, and remember which reads reached them.
 //!
-//! One file with no dependency beyond the crate's own, so that it can become a
-//! `testkit` feature for other crates' tests.
-
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -31,14 +26,14 @@ struct Server {
 /// A fake MCP host (see the module docs). Build it with the `with_*` methods, then
 /// share it as an `Arc<dyn McpSource>`.
 #[derive(Default)]
-pub(crate) struct FakeSource {
+pub struct FakeSource {
     servers: BTreeMap<String, Server>,
     reads: Mutex<Vec<(String, String)>>,
 }
 
 impl FakeSource {
     /// No servers yet.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self::default()
     }
 
@@ -59,13 +54,13 @@ impl FakeSource {
     }
 
     /// A server with no resources (it answers every list with nothing).
-    pub(crate) fn with_server(mut self, server: &str) -> Self {
+    pub fn with_server(mut self, server: &str) -> Self {
         self.entry(server);
         self
     }
 
     /// Lists and serves a text resource.
-    pub(crate) fn with_text(mut self, server: &str, uri: &str, mime: &str, text: &str) -> Self {
+    pub fn with_text(mut self, server: &str, uri: &str, mime: &str, text: &str) -> Self {
         let s = self.entry(server);
         s.resources.push(Self::listed(uri, mime, text.len()));
         s.contents.insert(
@@ -80,7 +75,7 @@ impl FakeSource {
     }
 
     /// Lists and serves a blob resource (bytes as they are, e.g. a PNG).
-    pub(crate) fn with_blob(mut self, server: &str, uri: &str, mime: &str, data: Vec<u8>) -> Self {
+    pub fn with_blob(mut self, server: &str, uri: &str, mime: &str, data: Vec<u8>) -> Self {
         let s = self.entry(server);
         s.resources.push(Self::listed(uri, mime, data.len()));
         s.contents.insert(
@@ -96,7 +91,7 @@ impl FakeSource {
 
     /// Serves `contents` for a read of `uri` without listing it (e.g. a read that
     /// answers with items under other URIs).
-    pub(crate) fn with_contents(
+    pub fn with_contents(
         mut self,
         server: &str,
         uri: &str,
@@ -107,7 +102,7 @@ impl FakeSource {
     }
 
     /// Sets the annotations of the listed resource `uri`.
-    pub(crate) fn with_annotations(mut self, server: &str, uri: &str, a: Annotations) -> Self {
+    pub fn with_annotations(mut self, server: &str, uri: &str, a: Annotations) -> Self {
         if let Some(r) = self
             .entry(server)
             .resources
@@ -120,7 +115,7 @@ impl FakeSource {
     }
 
     /// Lists a resource template; `read` serves the URIs it matches.
-    pub(crate) fn with_template(
+    pub fn with_template(
         mut self,
         server: &str,
         uri_template: &str,
@@ -141,13 +136,7 @@ impl FakeSource {
 
     /// Lists `uri` and fails every read of it with JSON-RPC error `code` (e.g. -32603
     /// internal error, -32002 resource not found).
-    pub(crate) fn with_failing(
-        mut self,
-        server: &str,
-        uri: &str,
-        code: i32,
-        message: &str,
-    ) -> Self {
+    pub fn with_failing(mut self, server: &str, uri: &str, code: i32, message: &str) -> Self {
         let s = self.entry(server);
         s.resources.push(Self::listed(uri, "text/plain", 0));
         s.failing.insert(uri.to_owned(), (code, message.to_owned()));
@@ -155,7 +144,7 @@ impl FakeSource {
     }
 
     /// The reads that reached a server, as (server, URI), in order.
-    pub(crate) fn reads(&self) -> Vec<(String, String)> {
+    pub fn reads(&self) -> Vec<(String, String)> {
         self.reads
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use hostpipe_core::{Embedder, Reranker};
 
-use crate::fit::{Caches, Unit, content_hash};
+use super::{Caches, Unit, content_hash};
 use crate::index::DocIndex;
 
 /// The RRF constant.

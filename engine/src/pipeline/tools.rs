@@ -1,0 +1,82 @@
+//! A tool call made outside a model's turn (the HTTP API), under the pipeline's policy.
+
+use hostpipe_core::{RunRequest, Trace, Turn};
+
+use super::{Pipeline, Prepared, ToolCallOutcome, TurnOutcome};
+
+impl Pipeline {
+    /// Calls MCP tool `tool` (its name as `server` lists it) with `arguments` (a JSON
+    /// object, or null for none) under this pipeline's policy, as a turn's model would,
+    /// on behalf of `origin`: the stages run over `turn` marked [`ToolsOnly`] (servers
+    /// bound, tools assembled, no context read), then the turn's executor makes the call,
+    /// which checks `tool_assembly.include`/`exclude` and the consent gate. The call and
+    /// any reads it made are in the outcome's trace and in the store's history.
+    ///
+    /// # Errors
+    /// The [`TurnOutcome`] of a stage that ended the turn (a required server down, a
+    /// stage failing): the call was not made.
+    ///
+    /// [`ToolsOnly`]: hostpipe_core::ToolsOnly
+    pub async fn call_tool(
+        &self,
+        turn: Turn,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+        origin: hostpipe_core::trace::CallOrigin,
+    ) -> Result<ToolCallOutcome, Box<TurnOutcome>> {
+        let (request, mut trace) = self.tools_turn(turn).await?;
+        let offered = request.tools.iter().find(|t| {
+            matches!(&t.origin, hostpipe_core::ToolOrigin::Mcp { server: s, tool: t } if s == server && t == tool)
+        });
+        let result = match &request.tool_executor {
+            // Bounded inside: the approver by the turn's deadline, the server by its
+            // request timeout. Refusals are recorded too.
+            Some(executor) => {
+                executor
+                    .call_server_tool(server, tool, arguments, origin)
+                    .await
+            }
+            // No tool_assembly stage: the pipeline offers no tool.
+            None => Err(hostpipe_core::ToolError::NotOffered {
+                name: format!("{server}/{tool}"),
+            }),
+        };
+        trace.collect_reported();
+        self.record_reads(&request.ids, &mut trace, 0).await;
+        self.record_calls(&request.ids, &mut trace, 0).await;
+        Ok(ToolCallOutcome {
+            name: offered.map(|t| t.name.clone()),
+            result,
+            trace,
+        })
+    }
+
+    /// The tools this pipeline offers in `turn`, as the model sees them, with the stages
+    /// run as for [`Pipeline::call_tool`].
+    ///
+    /// # Errors
+    /// The [`TurnOutcome`] of a stage that ended the turn.
+    pub async fn offered_tools(
+        &self,
+        turn: Turn,
+    ) -> Result<Vec<hostpipe_core::ToolSpec>, Box<TurnOutcome>> {
+        Ok(self.tools_turn(turn).await?.0.tools)
+    }
+
+    /// Runs the stages over `turn` marked [`hostpipe_core::ToolsOnly`]: the request and the trace.
+    pub(super) async fn tools_turn(
+        &self,
+        mut turn: Turn,
+    ) -> Result<(RunRequest, Trace), Box<TurnOutcome>> {
+        turn.extensions.insert(hostpipe_core::ToolsOnly);
+        self.begin(&mut turn);
+        match self.run_stages(&mut turn).await {
+            Prepared::Request(request, trace) => Ok((request, trace)),
+            Prepared::Ended(mut outcome) => {
+                self.record_reads(&turn.ids, &mut outcome.trace, 0).await;
+                Err(Box::new(outcome))
+            }
+        }
+    }
+}
