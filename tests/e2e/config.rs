@@ -118,6 +118,6 @@ model = "m"
         .unwrap();
     assert_eq!(pipelines["default"].runner_name(), "preview");
     assert_eq!(config.pipelines["default"].runner, "local");
-    let runner = config.build_runner(&registry, host, "default", &preview);
-    assert!(runner.is_ok());
+    let runners = config.build_runners(&registry, host, &preview).unwrap();
+    assert_eq!(runners.keys().collect::<Vec<_>>(), ["default"]);
 }

@@ -67,25 +67,28 @@ impl LoadedConfig {
             .collect()
     }
 
-    /// Builds pipeline `id`'s runner `choice` alone (the service keeps one `preview`
-    /// runner per pipeline this way, instead of a copy of every pipeline).
+    /// Builds runner `choice` for every pipeline, from each pipeline's section for it (the
+    /// service keeps one `preview` runner per pipeline this way, instead of a copy of
+    /// every pipeline).
     ///
     /// # Errors
-    /// An unknown pipeline or runner, or the runner's invalid section.
-    pub fn build_runner(
+    /// An unknown runner, or a pipeline's invalid section for it.
+    pub fn build_runners(
         &self,
         registry: &Registry,
         mcp: Arc<dyn McpSource>,
-        id: &str,
         choice: &RunnerChoice,
-    ) -> Result<Box<dyn Runner>, ConfigError> {
-        let spec = self.pipelines.get(id).ok_or_else(|| {
-            ConfigError::new(format!("pipelines.{id}"), "no such pipeline").in_file(&self.source)
-        })?;
+    ) -> Result<BTreeMap<String, Box<dyn Runner>>, ConfigError> {
         let shared = self.shared()?;
-        let ctx = self.context(id, &mcp, &shared);
-        runner(registry, spec, &ctx, choice)
-            .map_err(|e| e.under(&format!("pipelines.{id}")).in_file(&self.source))
+        self.pipelines
+            .iter()
+            .map(|(id, spec)| {
+                let ctx = self.context(id, &mcp, &shared);
+                let built = runner(registry, spec, &ctx, choice)
+                    .map_err(|e| e.under(&format!("pipelines.{id}")).in_file(&self.source))?;
+                Ok((id.clone(), built))
+            })
+            .collect()
     }
 
     fn shared(&self) -> Result<Shared, ConfigError> {

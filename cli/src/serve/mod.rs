@@ -327,14 +327,11 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = &'static str> + Send + 'static,
 ) -> anyhow::Result<()> {
     let registry = crate::registry()?;
-    let choice = crate::config::RunnerChoice::named("preview");
-    let mut preview = BTreeMap::new();
-    for id in app.pipelines.keys() {
-        let runner = app
-            .config
-            .build_runner(&registry, app.host.clone(), id, &choice)?;
-        preview.insert(id.clone(), runner);
-    }
+    let preview = app.config.build_runners(
+        &registry,
+        app.host.clone(),
+        &crate::config::RunnerChoice::named("preview"),
+    )?;
     let listener = tokio::net::TcpListener::bind(&options.listen)
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;
