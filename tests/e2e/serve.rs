@@ -1259,6 +1259,27 @@ servers = ["demo", "live"]
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["turn", "error"]);
     assert_eq!(events[1].1["error"]["code"], "turn_timeout");
+
+    // The same pipeline with the preview runner for one turn: the pipeline runs its
+    // stages and ends in `preview` instead of the slow model, which gets no request.
+    let asked = model.received_requests().await.unwrap().len();
+    let (s, v) = post(
+        &svc,
+        "/v1/turns",
+        json!({"pipeline": "slowmodel", "message": "slow", "runner": "preview",
+               "attachments": [{"server": "demo", "uri": "demo://docs/handbook.md"}]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["runner"].as_str(), v["status"].as_str()),
+        (Some("preview"), Some("completed"))
+    );
+    assert_eq!(
+        v["request"]["context"][0]["uri"], "demo://docs/handbook.md",
+        "{v}"
+    );
+    assert_eq!(model.received_requests().await.unwrap().len(), asked);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -147,7 +147,12 @@ pub(crate) async fn run_turn(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/event-stream"));
     let (p, use_preview) = turn_pipeline(&state, &body)?;
-    let (pipeline_id, runner) = (p.id().to_owned(), p.runner_name().to_owned());
+    let runner = if use_preview {
+        "preview".to_owned()
+    } else {
+        p.runner_name().to_owned()
+    };
+    let pipeline_id = p.id().to_owned();
     let turn = turn_from(&state, body)?;
     let turn_id = turn.trace.turn_id().to_owned();
     let (tx, rx) = mpsc::channel::<TurnEvent>(64);
