@@ -437,7 +437,29 @@ async fn servers_resources_reads_and_completion() {
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["uri"], "greeting://a%20b%2F%C3%A7");
     assert_eq!(v["contents"][0]["text"], "Hello, a b/ç!");
-    // Mistakes, each named.
+    // Mistakes, each named: the same checks as pins and turns, a 400 each, and a read's
+    // hint asks for values only (a read has no turn variables).
+    for (body, msg) in [
+        (
+            json!({"uri": "demo://docs/{topic}"}),
+            "a `uri` with `{` is a template: give it as `template`, with `arguments`",
+        ),
+        (
+            json!({"template": "demo://docs/handbook.md"}),
+            "`demo://docs/handbook.md` is not a URI template (no {variable}); give it as `uri`",
+        ),
+        (
+            json!({"template": "demo://docs/{topic}"}),
+            "URI template `demo://docs/{topic}` needs `topic`: give `arguments.topic` a value",
+        ),
+    ] {
+        let (s, v) = post(&svc, &read("demo"), body.clone()).await;
+        assert_eq!(
+            (s, code(&v), message(&v)),
+            (StatusCode::BAD_REQUEST, "invalid_request", msg),
+            "{body}"
+        );
+    }
     let (s, v) = post(&svc, &read("demo"), json!({"uri": "demo://docs/nope.md"})).await;
     assert_eq!(
         (s, code(&v)),

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use hostpipe_cli::App;
 use hostpipe_cli::config::RunnerChoice;
-use hostpipe_cli::ops::AttachmentSpec;
+use hostpipe_cli::ops::{AttachmentSpec, TargetError};
 use hostpipe_core::McpSource as _;
 use hostpipe_core::{Scope, TraceEvent, Turn};
 use hostpipe_runners::PreviewReport;
@@ -101,7 +101,14 @@ pub(crate) async fn run(app: &App, args: RunArgs) -> anyhow::Result<ExitCode> {
         .map(|c| {
             AttachmentSpec::from_target(&c[0], &c[1], Default::default())
                 .attachment(Scope::Message)
-                .map_err(|e| anyhow::anyhow!("--attach {} {}: {e}", c[0], c[1]))
+                .map_err(|e| match e {
+                    TargetError::MissingVariable { .. } => anyhow::anyhow!(
+                        "--attach {} {}: {e}: --attach takes a resource URI; attach a template with `hostpipe attach … --arg NAME=VALUE` or in the pipeline's config",
+                        c[0],
+                        c[1]
+                    ),
+                    e => anyhow::anyhow!("--attach {} {}: {e}", c[0], c[1]),
+                })
         })
         .collect::<anyhow::Result<_>>()?;
     turn.history = history

@@ -14,7 +14,7 @@ use super::super::dto::{
 use super::super::error::{ApiResult, target_error};
 use super::super::{ApiError, Body, Params};
 use super::{St, json, pipeline};
-use crate::ops::AttachmentSpec;
+use crate::ops::{AttachmentSpec, TargetError};
 
 /// `GET /v1/servers/{server}/resources`.
 pub(crate) async fn list_resources(State(state): St, Params(server): Params<String>) -> ApiResult {
@@ -70,7 +70,14 @@ pub(crate) async fn read_resource(
             .map(|(k, v)| (k, ArgumentValue::Literal(v)))
             .collect(),
     };
-    let uri = match AttachmentTarget::try_from(&spec).map_err(target_error)? {
+    // A read has no turn: its arguments are values only (no `{"var": …}`).
+    let target = AttachmentTarget::try_from(&spec).map_err(|e| match &e {
+        TargetError::MissingVariable { name, .. } => {
+            ApiError::bad_request(format!("{e}: give `arguments.{name}` a value"))
+        }
+        _ => target_error(e),
+    })?;
+    let uri = match target {
         AttachmentTarget::Template {
             template,
             arguments,
