@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use hostpipe_core::{McpSource as _, ServerStatus, ToolContent};
-use hostpipe_mcp::{HostOptions, McpHost, ServerConfig};
+use hostpipe_mcp::{HostOptions, McpHost, ProtocolMode, ServerConfig};
 
 /// The connect (HTTP plus `initialize`) and each request. The suite's own default
 /// timeout for a client run is 30 s.
@@ -64,7 +64,14 @@ async fn main() -> ExitCode {
         max_reconnect_attempts: Some(0),
         ..HostOptions::default()
     };
-    let host = McpHost::new([ServerConfig::http(SERVER, url)], options);
+    // The suite names the revision a scenario is for (`--spec-version`); without one, its
+    // scenarios are 2025-11-25's, whose servers expect `initialize` first, not the probe.
+    let mut server = ServerConfig::http(SERVER, url);
+    server.protocol = match std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION").as_deref() {
+        Ok("2026-07-28") => ProtocolMode::Modern,
+        _ => ProtocolMode::Legacy,
+    };
+    let host = McpHost::new([server], options);
     let started = Instant::now();
     let outcome = run(&host, &scenario).await;
     if tokio::time::timeout(SHUTDOWN_TIMEOUT, host.shutdown())

@@ -72,7 +72,7 @@ fn bad_configs_are_refused_with_file_and_key() {
         ),
         (
             "[mcp_servers.x]\ncommand = \"a\"\nargz = []",
-            "bad.toml: mcp_servers.x.argz: unknown key; known keys: type, command, args, env, cwd, url, headers, disabled, connect_timeout_ms, request_timeout_ms",
+            "bad.toml: mcp_servers.x.argz: unknown key; known keys: type, command, args, env, cwd, url, headers, disabled, connect_timeout_ms, request_timeout_ms, protocol, inherit_env",
         ),
         (
             "[model]\ncontext_window = 1000\nmax_output_tokens = 1000",

@@ -105,7 +105,15 @@ async fn list_changed_makes_the_next_turn_see_the_new_resource() {
     host.call_tool("live", "add_note", Some(args))
         .await
         .unwrap();
-    // No waiting: the list call waits for the refresh the notification started.
+    // On 2025-11-25 the notification comes before the tool's result and the list call
+    // waits for the refresh it started; on 2026-07-28 (this server speaks it) it comes
+    // on the `subscriptions/listen` stream, in its own time.
+    eventually(
+        "the list_changed notification",
+        Duration::from_secs(10),
+        || host.request_counts("live").unwrap()["resources/list"] >= 2,
+    )
+    .await;
     let after = host.list_resources("live").await.unwrap();
     let note = after.iter().find(|r| r.uri == "live://note/fresh");
     assert_eq!(note.map(|r| r.name.as_str()), Some("note-fresh"));

@@ -20,6 +20,7 @@ mod filesystem;
 mod fuzz;
 mod live;
 mod prompts;
+mod protocol;
 mod python;
 mod ranking;
 mod registry;

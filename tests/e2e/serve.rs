@@ -784,8 +784,9 @@ async fn attachments_turns_and_history() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0]["uri"], "demo://docs/missing.md");
     assert_eq!(errors[0]["conversation"], "chat-8");
+    // Not found: -32602 from a 2026-07-28 server such as the demo (-32002 before).
     assert!(
-        errors[0]["error"].as_str().unwrap().contains("-32002"),
+        errors[0]["error"].as_str().unwrap().contains("-32602"),
         "{errors:?}"
     );
 

@@ -230,9 +230,10 @@ fn history_shows_each_turns_uris_and_token_counts_and_errors_shows_a_failed_read
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0]["uri"], "demo://no/such");
     assert_eq!(errors[0]["scope"], "message");
+    // The demo server speaks 2026-07-28, where not-found is -32602 (2025-11-25: -32002).
     assert_eq!(
         errors[0]["error"],
-        "MCP server `demo`: resources/read failed with JSON-RPC error -32002: no resource `demo://no/such`"
+        "MCP server `demo`: resources/read failed with JSON-RPC error -32602: no resource `demo://no/such`"
     );
     let (ok, table, _) = hostpipe(data, &["history", "--errors"]);
     assert!(ok);

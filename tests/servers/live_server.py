@@ -35,7 +35,10 @@ async def add_note(name: str, ctx: Context) -> str:
     mcp.add_resource(
         TextResource(uri=f"live://note/{name}", name=f"note-{name}", text=f"Note {name}.", mime_type="text/plain")
     )
+    # Both eras: the session's notification reaches 2025-11-25 clients, the event bus the
+    # `subscriptions/listen` streams of 2026-07-28 ones.
     await ctx.session.send_resource_list_changed()
+    await ctx.notify_resources_changed()
     return f"added live://note/{name}"
 
 

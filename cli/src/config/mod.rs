@@ -195,7 +195,7 @@ pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
         if let Some(key) = config.ignored_keys.first() {
             return Err(ConfigError::new(
                 format!("{at}.{key}"),
-                "unknown key; known keys: type, command, args, env, cwd, url, headers, disabled, connect_timeout_ms, request_timeout_ms",
+                "unknown key; known keys: type, command, args, env, cwd, url, headers, disabled, connect_timeout_ms, request_timeout_ms, protocol, inherit_env",
             )
             .in_file(source));
         }

@@ -78,6 +78,9 @@ pub struct RawServerEntry {
     /// hostpipe: timeout of each request in milliseconds.
     #[serde(alias = "request_timeout_ms")]
     pub request_timeout_ms: Option<u64>,
+    /// hostpipe: the protocol era, `auto` (the default), `2025-11-25` or `2026-07-28`
+    /// ([`ProtocolMode`]).
+    pub protocol: Option<String>,
     /// Keys hostpipe does not know.
     #[serde(flatten)]
     pub other: BTreeMap<String, serde_json::Value>,
@@ -110,6 +113,53 @@ pub enum TransportConfig {
     },
 }
 
+/// Which protocol revision hostpipe speaks with a server (`protocol` in its config).
+///
+/// MCP 2026-07-28 has no `initialize` handshake: a client probes with `server/discover`
+/// and falls back to `initialize` when the server answers like a legacy one (spec
+/// 2026-07-28, "Transports", backward compatibility). Some older servers exit on any
+/// request before `initialize`; pinning `2025-11-25` is their way out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ProtocolMode {
+    /// Probe with `server/discover` (10 s at most), fall back to `initialize`; the answer
+    /// is remembered for the server's later connections.
+    #[default]
+    Auto,
+    /// `initialize`, protocol 2025-11-25.
+    Legacy,
+    /// `server/discover` and per-request `_meta`, protocol 2026-07-28; no fallback.
+    Modern,
+}
+
+impl ProtocolMode {
+    /// `auto`, `2025-11-25` or `2026-07-28`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Legacy => "2025-11-25",
+            Self::Modern => "2026-07-28",
+        }
+    }
+}
+
+impl std::str::FromStr for ProtocolMode {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "2025-11-25" => Ok(Self::Legacy),
+            "2026-07-28" => Ok(Self::Modern),
+            _ => Err(ConfigError::new(
+                "protocol",
+                format!(
+                    "`{s}` is not a protocol hostpipe speaks: use `auto`, `2025-11-25` or `2026-07-28`"
+                ),
+            )),
+        }
+    }
+}
+
 /// A validated server configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -123,6 +173,8 @@ pub struct ServerConfig {
     pub connect_timeout: Option<Duration>,
     /// Request timeout override.
     pub request_timeout: Option<Duration>,
+    /// Which protocol era to speak.
+    pub protocol: ProtocolMode,
     /// Unknown keys that were ignored, for warnings.
     pub ignored_keys: Vec<String>,
 }
@@ -146,6 +198,7 @@ impl ServerConfig {
             disabled: false,
             connect_timeout: None,
             request_timeout: None,
+            protocol: ProtocolMode::default(),
             ignored_keys: Vec::new(),
         }
     }
@@ -161,6 +214,7 @@ impl ServerConfig {
             disabled: false,
             connect_timeout: None,
             request_timeout: None,
+            protocol: ProtocolMode::default(),
             ignored_keys: Vec::new(),
         }
     }
@@ -244,12 +298,17 @@ impl ServerConfig {
                 ));
             }
         };
+        let protocol = match raw.protocol.as_deref() {
+            None => ProtocolMode::default(),
+            Some(p) => p.parse()?,
+        };
         Ok(Self {
             name: name.to_owned(),
             transport,
             disabled: raw.disabled,
             connect_timeout: raw.connect_timeout_ms.map(Duration::from_millis),
             request_timeout: raw.request_timeout_ms.map(Duration::from_millis),
+            protocol,
             ignored_keys: raw.other.into_keys().collect(),
         })
     }
@@ -340,5 +399,42 @@ mod tests {
             parse_mcp_servers_json(r#"{"mcpServers": {"x": {"command": "a", "args": "a b"}}}"#)
                 .err();
         assert_eq!(err.map(|e| e.key).as_deref(), Some("mcpServers.x.args"));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod protocol_tests {
+    use super::*;
+
+    #[test]
+    fn protocol_takes_three_values_and_names_them_when_wrong() {
+        let entry = |p: &str| -> RawServerEntry {
+            serde_json::from_value(serde_json::json!({"command": "x", "protocol": p})).unwrap()
+        };
+        assert_eq!(
+            ServerConfig::from_entry("s", entry("2025-11-25"))
+                .unwrap()
+                .protocol,
+            ProtocolMode::Legacy
+        );
+        assert_eq!(
+            ServerConfig::from_entry("s", entry("2026-07-28"))
+                .unwrap()
+                .protocol,
+            ProtocolMode::Modern
+        );
+        assert_eq!(
+            ServerConfig::from_entry("s", entry("auto"))
+                .unwrap()
+                .protocol,
+            ProtocolMode::Auto
+        );
+        let e = ServerConfig::from_entry("s", entry("2024-11-05")).unwrap_err();
+        assert_eq!(e.key, "protocol");
+        assert!(
+            e.message.contains("`auto`, `2025-11-25` or `2026-07-28`"),
+            "{e}"
+        );
     }
 }

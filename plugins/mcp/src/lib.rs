@@ -29,6 +29,8 @@ mod convert;
 mod host;
 mod stdio;
 
-pub use config::{RawServerEntry, ServerConfig, TransportConfig, parse_mcp_servers_json};
+pub use config::{
+    ProtocolMode, RawServerEntry, ServerConfig, TransportConfig, parse_mcp_servers_json,
+};
 pub use convert::decode_read_result;
 pub use host::{HostOptions, McpHost};

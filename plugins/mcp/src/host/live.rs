@@ -119,6 +119,11 @@ async fn unsubscribe(slot: &Slot, options: &HostOptions, cache: &ContentCache, u
         return;
     }
     let Some(peer) = slot.peer() else { return };
+    // A 2026-07-28 connection has no `resources/unsubscribe`: the URI leaves the listen
+    // filter the next time a read listens again (an update for it meanwhile is harmless).
+    if slot.is_modern() {
+        return;
+    }
     let timeout = slot.request_timeout(options);
     slot.count("resources/unsubscribe");
     #[allow(deprecated)] // legacy-only in rmcp 3.11; the right call on `initialize` sessions

@@ -21,6 +21,7 @@ mod live;
 mod observed;
 mod options;
 mod slot;
+mod subscribe;
 #[cfg(test)]
 mod tests;
 
@@ -45,7 +46,8 @@ use crate::convert;
 use capability::Capability;
 use connect::connect;
 pub use options::HostOptions;
-use slot::{Signal, Signals, Slot, State, subscribe_once, timed};
+use slot::{Signal, Signals, Slot, State, timed};
+use subscribe::subscribe_once;
 
 /// The MCP host. Create it with [`McpHost::new`], then [`McpHost::connect_all`]; it
 /// implements [`McpSource`] for the stages. Server names are unique; servers are kept

@@ -13,7 +13,7 @@ use std::time::Duration;
 use hostpipe_core::{
     Prompt, Resource, ResourceTemplate, ServerCapabilities, ServerStatus, SourceError, Tool,
 };
-use rmcp::model::{ClientConfig, ClientRequest, PingRequest, SubscribeRequestParams};
+use rmcp::model::{ClientConfig, ClientRequest, PingRequest};
 use rmcp::service::RunningService;
 use rmcp::{Peer, RoleClient, ServiceError};
 use tokio::sync::{mpsc, watch};
@@ -51,6 +51,9 @@ pub(super) type Signals = mpsc::UnboundedSender<(u64, Signal)>;
 pub(super) struct State {
     pub(super) status: Option<ServerStatus>,
     pub(super) capabilities: ServerCapabilities,
+    /// What the server may notify about: `subscriptions/listen` asks for nothing else
+    /// (spec 2026-07-28, "Subscriptions").
+    pub(super) notifies: Notifies,
     pub(super) protocol_version: Option<String>,
     pub(super) implementation: Option<(String, String)>,
     pub(super) instructions: Option<String>,
@@ -60,6 +63,31 @@ pub(super) struct State {
     pub(super) tools: Option<Arc<[Tool]>>,
     pub(super) prompts: Option<Arc<[Prompt]>>,
     pub(super) peer: Option<Peer<RoleClient>>,
+}
+
+/// The notifications a server declared it sends (`listChanged`, `subscribe`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Notifies {
+    pub(super) tools_list_changed: bool,
+    pub(super) prompts_list_changed: bool,
+    pub(super) resources_list_changed: bool,
+    pub(super) resources_updated: bool,
+}
+
+impl Notifies {
+    /// From what the server declared.
+    pub(super) fn from_wire(c: &rmcp::model::ServerCapabilities) -> Self {
+        let changed = |v: Option<bool>| v.unwrap_or(false);
+        Self {
+            tools_list_changed: c.tools.as_ref().is_some_and(|t| changed(t.list_changed)),
+            prompts_list_changed: c.prompts.as_ref().is_some_and(|p| changed(p.list_changed)),
+            resources_list_changed: c
+                .resources
+                .as_ref()
+                .is_some_and(|r| changed(r.list_changed)),
+            resources_updated: c.resources.as_ref().is_some_and(|r| changed(r.subscribe)),
+        }
+    }
 }
 
 const STDERR_TAIL_LINES: usize = 5;
@@ -143,6 +171,40 @@ pub(super) struct Slot {
     /// The host is shutting down: no reconnects.
     pub(super) closing: AtomicBool,
     updates: AtomicU64,
+    /// What the first connection found: whether the server speaks 2026-07-28
+    /// (`server/discover`) or only `initialize`. Later connections (reconnects, a new
+    /// process of the same command) use it instead of probing again.
+    era: Mutex<Option<Era>>,
+    /// The `subscriptions/listen` of a 2026-07-28 connection, and what it asked for.
+    pub(super) listener: Mutex<Option<Listener>>,
+}
+
+/// The protocol version of the 2026-07-28 era.
+pub(super) const MODERN: &str = "2026-07-28";
+
+/// The `subscriptions/listen` of a 2026-07-28 connection: what the server acknowledged,
+/// and the task that drains it (aborted on drop, which drops the subscription and so
+/// sends `notifications/cancelled`).
+pub(super) struct Listener {
+    /// The resource URIs the server acknowledged.
+    pub(super) acknowledged: Vec<String>,
+    /// Drains the subscription's notifications (hostpipe acts on them in [`super::observed`]).
+    pub(super) task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A server's protocol era, as its first connection found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Era {
+    /// 2025-11-25 or older: `initialize`, `resources/subscribe`.
+    Legacy,
+    /// 2026-07-28: `server/discover`, `subscriptions/listen`.
+    Modern,
 }
 
 impl Slot {
@@ -171,7 +233,39 @@ impl Slot {
             lists: ListVersions::default(),
             closing: AtomicBool::new(false),
             updates: AtomicU64::new(0),
+            era: Mutex::new(None),
+            listener: Mutex::new(None),
         }
+    }
+
+    /// The era an earlier connection found, if any.
+    pub(super) fn era(&self) -> Option<Era> {
+        *self.era.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Remembers the era a connection found.
+    pub(super) fn remember_era(&self, era: Era) {
+        *self.era.lock().unwrap_or_else(PoisonError::into_inner) = Some(era);
+    }
+
+    /// Whether the current connection speaks 2026-07-28.
+    pub(super) fn is_modern(&self) -> bool {
+        self.read().protocol_version.as_deref() == Some(MODERN)
+    }
+
+    /// The URIs to hold subscriptions for on this connection.
+    pub(super) fn subscribed_uris(&self) -> Vec<String> {
+        self.subscriptions()
+    }
+
+    /// Marks `uri` subscribed on this connection; `false` when it already was.
+    pub(super) fn mark_subscribed(&self, uri: &str) -> bool {
+        self.subs().subscribed.insert(uri.to_owned())
+    }
+
+    /// Forgets a subscription that did not take.
+    pub(super) fn unmark_subscribed(&self, uri: &str) {
+        self.subs().subscribed.remove(uri);
     }
 
     pub(super) fn status(&self) -> ServerStatus {
@@ -294,6 +388,11 @@ impl Slot {
             st.peer = None;
         }
         self.subs().subscribed.clear();
+        // Dropping the listener's task drops its subscription.
+        self.listener
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(session) = session {
             let _ = tokio::time::timeout(Duration::from_secs(3), session.cancel()).await;
         }
@@ -479,25 +578,6 @@ pub(super) async fn timed<T>(
             operation: method.into(),
             timeout,
         }),
-    }
-}
-
-/// `resources/subscribe` to `uri` unless already subscribed on this connection. A
-/// failure is logged and the read goes on (the cache's TTL still bounds staleness).
-pub(super) async fn subscribe_once(
-    slot: &Slot,
-    peer: &Peer<RoleClient>,
-    uri: &str,
-    timeout: Duration,
-) {
-    if !slot.subs().subscribed.insert(uri.to_owned()) {
-        return;
-    }
-    #[allow(deprecated)] // legacy-only in rmcp 3.11; the right call on `initialize` sessions
-    let call = peer.subscribe(SubscribeRequestParams::new(uri));
-    if let Err(e) = timed(slot, "resources/subscribe", timeout, call).await {
-        tracing::info!(server = %slot.config.name, %uri, error = %e, "resources/subscribe failed");
-        slot.subs().subscribed.remove(uri);
     }
 }
 

@@ -10,7 +10,7 @@ use rmcp::model::{
     Implementation, ListResourcesResult, PaginatedRequestParams, ReadResourceRequestParams,
     ReadResourceResponse, ReadResourceResult, Resource, ResourceContents,
     ServerCapabilities as WireCapabilities, ServerConfig as WireServerConfig,
-    SubscribeRequestParams,
+    SubscribeRequestParams, SubscriptionFilter,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -18,13 +18,17 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 
 use super::connect;
 use super::{HostOptions, McpHost};
-use crate::config::ServerConfig;
+use crate::config::{ProtocolMode, ServerConfig};
 
 /// Three resources over two pages; counts reads and keeps subscriptions.
 #[derive(Clone, Default)]
 struct Docs {
     reads: Arc<AtomicU32>,
     subscribed: Arc<Mutex<Vec<String>>>,
+    /// The resource URIs of every `subscriptions/listen` (2026-07-28), in order.
+    listened: Arc<Mutex<Vec<Vec<String>>>>,
+    /// `ttlMs` on reads (2026-07-28; none: 0, do not cache).
+    ttl_ms: Option<u64>,
 }
 
 impl ServerHandler for Docs {
@@ -61,7 +65,22 @@ impl ServerHandler for Docs {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
         let text = ResourceContents::text(format!("read {n}"), request.uri);
-        Ok(ReadResourceResult::new(vec![text]).into())
+        let mut result = ReadResourceResult::new(vec![text]);
+        if let Some(ms) = self.ttl_ms {
+            result.ttl_ms = Some(ms);
+        }
+        Ok(result.into())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.listened
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(requested.resource_subscriptions.clone().unwrap_or_default());
+        Some(requested.supported_by(&self.get_info().capabilities))
     }
 
     #[allow(deprecated)] // legacy-only in rmcp 3.11, as on the client side
@@ -79,12 +98,16 @@ impl ServerHandler for Docs {
 }
 
 /// A host with one server, `docs`, connected to `server` in process (as `connect_all`
-/// would connect it, but over a duplex pipe).
+/// would connect it, but over a duplex pipe), pinned to protocol 2025-11-25.
 async fn connected(server: Docs) -> McpHost {
-    let host = McpHost::new(
-        [ServerConfig::stdio("docs", "unused", Vec::<String>::new())],
-        HostOptions::default(),
-    );
+    connected_with(server, ProtocolMode::Legacy).await
+}
+
+/// [`connected`], speaking `protocol` (rmcp's servers speak both eras).
+async fn connected_with(server: Docs, protocol: ProtocolMode) -> McpHost {
+    let mut config = ServerConfig::stdio("docs", "unused", Vec::<String>::new());
+    config.protocol = protocol;
+    let host = McpHost::new([config], HostOptions::default());
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -192,5 +215,59 @@ async fn an_undeclared_capability_is_refused_before_any_request() {
     assert_eq!(counts.get("tools/call"), None);
     let unknown = host.list_tools("nope").await;
     assert!(matches!(unknown, Err(SourceError::UnknownServer { .. })));
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn auto_mode_speaks_2026_07_28_to_a_server_that_does_and_listens_instead_of_subscribing() {
+    let server = Docs {
+        ttl_ms: Some(60_000),
+        ..Docs::default()
+    };
+    let host = connected_with(server.clone(), ProtocolMode::Auto).await;
+    let docs = &host.servers()[0];
+    assert_eq!(docs.protocol_version.as_deref(), Some("2026-07-28"));
+    // The server declares no list changes: nothing is listened for before a read.
+    let listened = || {
+        server
+            .listened
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    };
+    assert!(listened().is_empty());
+    for _ in 0..2 {
+        let read = host
+            .read_resource("docs", "docs://1")
+            .await
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(read.contents.len(), 1);
+    }
+    // The read listened again with its URI (no `resources/subscribe`), and the server's
+    // ttlMs let the second read come from the cache.
+    assert_eq!(listened(), [vec!["docs://1".to_owned()]]);
+    assert_eq!(host.subscriptions("docs"), ["docs://1"]);
+    assert!(
+        server
+            .subscribed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty()
+    );
+    assert_eq!(server.reads.load(Ordering::SeqCst), 1);
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_2026_07_28_read_without_ttl_is_not_cached() {
+    let server = Docs::default();
+    let host = connected_with(server.clone(), ProtocolMode::Modern).await;
+    for _ in 0..2 {
+        host.read_resource("docs", "docs://1")
+            .await
+            .unwrap_or_else(|e| unreachable!("{e}"));
+    }
+    // ttlMs missing means 0: the server said not to keep it (spec 2026-07-28, "Caching").
+    assert_eq!(server.reads.load(Ordering::SeqCst), 2);
     host.shutdown().await;
 }

@@ -10,17 +10,18 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hostpipe_core::ServerStatus;
+use rmcp::RoleClient;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
-use rmcp::service::ClientCacheConfig;
+use rmcp::service::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt as _};
 use rmcp::transport::{StreamableHttpClientTransport, Transport};
-use rmcp::{RoleClient, ServiceExt};
 
 use super::lists::{Which, refresh_lists};
 use super::observed::Observed;
 use super::options::HostOptions;
-use super::slot::{Session, Slot};
+use super::slot::{Era, MODERN, Notifies, Session, Slot};
+use super::subscribe;
 use crate::cache::ContentCache;
-use crate::config::TransportConfig;
+use crate::config::{ProtocolMode, TransportConfig};
 use crate::convert;
 
 /// Connects (or reconnects) one server under its connect timeout and lists what it
@@ -100,21 +101,58 @@ where
     T: Transport<RoleClient> + Send + 'static,
     T::Error: std::error::Error + Send + Sync + 'static,
 {
+    let lifecycle = lifecycle(slot);
+    let probing = matches!(lifecycle, ClientLifecycleMode::Auto { .. });
+    let handshake = if matches!(lifecycle, ClientLifecycleMode::Initialize) {
+        "`initialize`"
+    } else {
+        "`server/discover`"
+    };
     client
-        .serve(Observed {
-            inner: transport,
-            slot: Arc::clone(slot),
-            cache,
-            conn,
-        })
+        .serve_with_lifecycle(
+            Observed {
+                inner: transport,
+                slot: Arc::clone(slot),
+                cache,
+                conn,
+            },
+            lifecycle,
+        )
         .await
-        .map_err(|e| format!("`initialize` failed: {}", convert::describe_init(&e)))
+        .map_err(|e| {
+            let mut reason = format!("{handshake} failed: {}", convert::describe_init(&e));
+            if probing {
+                reason.push_str(
+                    " (hostpipe probed with `server/discover` before `initialize`; a server that exits on it needs `protocol = \"2025-11-25\"` in its config, `\"protocol\": \"2025-11-25\"` in an mcpServers file)",
+                );
+            }
+            reason
+        })
+}
+
+/// How to start a session with `slot`'s server: its config's `protocol`, else what an
+/// earlier connection found, else the probe (spec 2026-07-28, "Transports", backward
+/// compatibility: `server/discover`, falling back to `initialize`).
+fn lifecycle(slot: &Slot) -> ClientLifecycleMode {
+    let modern = || ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    match (slot.config.protocol, slot.era()) {
+        (ProtocolMode::Legacy, _) | (ProtocolMode::Auto, Some(Era::Legacy)) => {
+            ClientLifecycleMode::Initialize
+        }
+        (ProtocolMode::Modern, _) | (ProtocolMode::Auto, Some(Era::Modern)) => modern(),
+        (ProtocolMode::Auto, None) => ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        },
+    }
 }
 
 /// After the handshake: a failure stops the child and is the status; a session is
 /// adopted, and once its lists are in, the server is connected.
 pub(super) async fn finish(
-    slot: &Slot,
+    slot: &Arc<Slot>,
     options: &HostOptions,
     established: Result<Session, String>,
 ) {
@@ -129,6 +167,14 @@ pub(super) async fn finish(
         }
     };
     adopt(slot, session).await;
+    // On a 2026-07-28 connection, list changes come only to a `subscriptions/listen`.
+    if slot.is_modern()
+        && subscribe::wants_listen(slot)
+        && let Some(peer) = slot.peer()
+        && let Err(e) = subscribe::relisten(slot, &peer, slot.request_timeout(options)).await
+    {
+        tracing::info!(server = %name, error = %e, "subscriptions/listen failed: list changes will not be noticed");
+    }
     // `shutdown` ran while this connect was in flight: it must not come back to life.
     if slot.closing.load(Ordering::Relaxed) {
         slot.drop_session().await;
@@ -158,12 +204,23 @@ async fn adopt(slot: &Slot, session: Session) {
         .as_ref()
         .map(|i| convert::capabilities(&i.capabilities))
         .unwrap_or_default();
+    let notifies = info
+        .as_ref()
+        .map(|i| Notifies::from_wire(&i.capabilities))
+        .unwrap_or_default();
     {
         let mut st = slot.write();
         st.capabilities = caps;
+        st.notifies = notifies;
         st.peer = Some(peer);
         if let Some(i) = &info {
-            st.protocol_version = Some(i.protocol_version.to_string());
+            let version = i.protocol_version.to_string();
+            slot.remember_era(if version == MODERN {
+                Era::Modern
+            } else {
+                Era::Legacy
+            });
+            st.protocol_version = Some(version);
             st.implementation = i
                 .server_info
                 .as_ref()
@@ -172,4 +229,44 @@ async fn adopt(slot: &Slot, session: Session) {
         }
     }
     slot.set_session(session).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ServerConfig;
+
+    fn mode(protocol: ProtocolMode, era: Option<Era>) -> ClientLifecycleMode {
+        let mut config = ServerConfig::stdio("s", "unused", Vec::<String>::new());
+        config.protocol = protocol;
+        let slot = Slot::new(config);
+        if let Some(era) = era {
+            slot.remember_era(era);
+        }
+        lifecycle(&slot)
+    }
+
+    #[test]
+    fn the_pin_wins_then_what_the_first_connection_found_then_the_probe() {
+        assert!(matches!(
+            mode(ProtocolMode::Auto, None),
+            ClientLifecycleMode::Auto { .. }
+        ));
+        assert!(matches!(
+            mode(ProtocolMode::Auto, Some(Era::Modern)),
+            ClientLifecycleMode::Discover { .. }
+        ));
+        assert!(matches!(
+            mode(ProtocolMode::Auto, Some(Era::Legacy)),
+            ClientLifecycleMode::Initialize
+        ));
+        assert!(matches!(
+            mode(ProtocolMode::Legacy, Some(Era::Modern)),
+            ClientLifecycleMode::Initialize
+        ));
+        assert!(matches!(
+            mode(ProtocolMode::Modern, Some(Era::Legacy)),
+            ClientLifecycleMode::Discover { .. }
+        ));
+    }
 }

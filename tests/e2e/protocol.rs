@@ -1,0 +1,127 @@
+//! Protocol eras (MCP 2026-07-28 beside 2025-11-25): `auto` speaks 2026-07-28 to a
+//! server that does (hostpipe's rmcp demo, servers on the Python SDK 2.x) and falls back
+//! to `initialize` for one that does not (server-everything); `protocol` pins an era;
+//! a server that exits on the probe is told how to pin it.
+
+use std::time::Duration;
+
+use hostpipe_core::{McpSource as _, ServerStatus};
+use hostpipe_mcp::ProtocolMode;
+use hostpipe_tests::{connect, demo, eventually, everything, python};
+
+fn pinned(
+    mut config: hostpipe_mcp::ServerConfig,
+    protocol: ProtocolMode,
+) -> hostpipe_mcp::ServerConfig {
+    config.protocol = protocol;
+    config
+}
+
+fn version(host: &hostpipe_mcp::McpHost, server: &str) -> Option<String> {
+    host.servers()
+        .into_iter()
+        .find(|s| s.name == server)
+        .and_then(|s| s.protocol_version)
+}
+
+#[tokio::test]
+async fn auto_speaks_each_servers_newest_era_and_a_pin_holds() {
+    let host = connect(vec![
+        demo("modern"),
+        python("python", "live_server.py"),
+        everything("legacy"),
+        pinned(demo("pinned"), ProtocolMode::Legacy),
+    ])
+    .await;
+    assert_eq!(version(&host, "modern").as_deref(), Some("2026-07-28"));
+    assert_eq!(version(&host, "python").as_deref(), Some("2026-07-28"));
+    assert_eq!(version(&host, "legacy").as_deref(), Some("2025-11-25"));
+    assert_eq!(version(&host, "pinned").as_deref(), Some("2025-11-25"));
+    // The same reads either way.
+    for server in ["modern", "pinned"] {
+        let read = host
+            .read_resource(server, "demo://docs/handbook.md")
+            .await
+            .unwrap();
+        assert_eq!(read.contents.len(), 1, "{server}");
+    }
+    // Not found: -32602 from a 2026-07-28 server, -32002 from a 2025-11-25 one; both
+    // are "not found".
+    for server in ["modern", "pinned"] {
+        let e = host
+            .read_resource(server, "demo://docs/missing.md")
+            .await
+            .unwrap_err();
+        assert!(e.is_not_found(), "{server}: {e}");
+    }
+    // A 2026-07-28 connection never subscribes the legacy way; the demo declares no
+    // notifications, so nothing is listened for either (the Python server's listen is
+    // checked in the restart test below).
+    let counts = host.request_counts("modern").unwrap();
+    assert_eq!(counts.get("resources/subscribe"), None, "{counts:?}");
+    assert_eq!(counts.get("subscriptions/listen"), None, "{counts:?}");
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_that_exits_on_the_probe_is_told_to_pin_and_works_pinned() {
+    let strict = || python("strict", "initialize_first_server.py");
+    let host = connect(vec![strict()]).await;
+    let status = host.servers()[0].status.clone();
+    let ServerStatus::Failed { reason } = status else {
+        panic!("the probe should fail this server: {status:?}");
+    };
+    assert!(
+        reason.contains("`protocol = \"2025-11-25\"`"),
+        "the error says how to pin it: {reason}"
+    );
+    host.shutdown().await;
+
+    let host = connect(vec![pinned(strict(), ProtocolMode::Legacy)]).await;
+    assert_eq!(version(&host, "strict").as_deref(), Some("2025-11-25"));
+    let read = host.read_resource("strict", "old://readme").await.unwrap();
+    assert_eq!(read.contents.len(), 1);
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_2026_07_28_server_restarted_is_reconnected_and_listened_to_again() {
+    let options = hostpipe_mcp::HostOptions {
+        reconnect_delay: Duration::from_millis(200),
+        ..hostpipe_tests::test_options()
+    };
+    let host = hostpipe_tests::connect_with(vec![python("live", "live_server.py")], options).await;
+    assert_eq!(version(&host, "live").as_deref(), Some("2026-07-28"));
+    let listens = || {
+        host.request_counts("live")
+            .unwrap()
+            .get("subscriptions/listen")
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(listens(), 1, "listened at connect");
+    // The tool ends the process; the host reconnects and listens again.
+    assert!(host.call_tool("live", "crash", None).await.is_err());
+    eventually("a reconnect", Duration::from_secs(20), || {
+        host.connections("live") >= 2 && matches!(host.servers()[0].status, ServerStatus::Connected)
+    })
+    .await;
+    assert_eq!(version(&host, "live").as_deref(), Some("2026-07-28"));
+    eventually("a second listen", Duration::from_secs(10), || {
+        listens() >= 2
+    })
+    .await;
+    // And list changes reach it on the new connection.
+    let mut args = serde_json::Map::new();
+    args.insert("name".into(), "after".into());
+    host.call_tool("live", "add_note", Some(args))
+        .await
+        .unwrap();
+    eventually("the new note", Duration::from_secs(10), || {
+        host.request_counts("live").unwrap()["resources/list"] >= 3
+    })
+    .await;
+    let notes = host.list_resources("live").await.unwrap();
+    assert!(notes.iter().any(|r| r.uri == "live://note/after"));
+    host.shutdown().await;
+}
