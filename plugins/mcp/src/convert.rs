@@ -260,6 +260,31 @@ pub(crate) fn describe_init(e: &rmcp::service::ClientInitializeError) -> String 
     }
 }
 
+/// A JSON-RPC error's message, with what the 2026-07-28 codes mean and carry (spec
+/// 2026-07-28, "Base protocol": -32021 names the client capabilities the server
+/// requires in `data.requiredCapabilities`, -32022 the versions it supports in
+/// `data.supported`).
+fn protocol_message(data: &rmcp::model::ErrorData) -> String {
+    let field = |key: &str| {
+        data.data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map_or_else(|| "?".to_owned(), ToString::to_string)
+    };
+    let message = data.message.as_ref();
+    match data.code.0 {
+        -32021 => format!(
+            "{message} (the server requires a client capability hostpipe does not declare: {})",
+            field("requiredCapabilities")
+        ),
+        -32022 => format!(
+            "{message} (the server does not speak this protocol version; it speaks {}: set the server's `protocol`)",
+            field("supported")
+        ),
+        _ => message.to_owned(),
+    }
+}
+
 pub(crate) fn service_error(server: &str, operation: &str, e: rmcp::ServiceError) -> SourceError {
     let server = server.to_owned();
     let operation = operation.to_owned();
@@ -268,7 +293,7 @@ pub(crate) fn service_error(server: &str, operation: &str, e: rmcp::ServiceError
             server,
             operation,
             code: data.code.0,
-            message: data.message.into_owned(),
+            message: protocol_message(&data),
         },
         rmcp::ServiceError::Timeout { timeout } => SourceError::Timeout {
             server,
@@ -278,7 +303,7 @@ pub(crate) fn service_error(server: &str, operation: &str, e: rmcp::ServiceError
         rmcp::ServiceError::UnexpectedResponse => SourceError::InvalidResponse {
             server,
             operation,
-            message: "the result does not have the shape this method requires".into(),
+            message: "the result does not have the shape this method requires (a 2026-07-28 server may have asked for input, `input_required`, which hostpipe does not answer yet)".into(),
         },
         other => SourceError::Transport {
             server,
@@ -311,4 +336,43 @@ pub fn decode_read_result(server: &str, json: &str) -> Result<Vec<ResourceConten
         .into_iter()
         .map(|c| contents(server, c))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(code: i32, data: serde_json::Value) -> rmcp::ServiceError {
+        rmcp::ServiceError::McpError(rmcp::model::ErrorData::new(
+            rmcp::model::ErrorCode(code),
+            "refused",
+            Some(data),
+        ))
+    }
+
+    #[test]
+    fn the_2026_07_28_errors_say_what_they_carry() {
+        let e = service_error(
+            "s",
+            "tools/call",
+            error(-32021, serde_json::json!({"requiredCapabilities": {"elicitation": {}}})),
+        );
+        assert_eq!(
+            e.to_string(),
+            "MCP server `s`: tools/call failed with JSON-RPC error -32021: refused (the server requires a client capability hostpipe does not declare: {\"elicitation\":{}})"
+        );
+        let e = service_error(
+            "s",
+            "resources/read",
+            error(-32022, serde_json::json!({"supported": ["2026-07-28"]})),
+        );
+        assert!(
+            e.to_string().ends_with(
+                "refused (the server does not speak this protocol version; it speaks [\"2026-07-28\"]: set the server's `protocol`)"
+            ),
+            "{e}"
+        );
+        let e = service_error("s", "resources/read", error(-32602, serde_json::json!(null)));
+        assert!(e.is_not_found());
+    }
 }
