@@ -31,6 +31,8 @@ pub struct BenchOptions {
     /// loads its conversation's pins and writes its reads to the history, as in
     /// production. `None`: no store.
     pub store: Option<String>,
+    /// The protocol era to speak with the server (`auto`, `2025-11-25`, `2026-07-28`).
+    pub protocol: hostpipe_mcp::ProtocolMode,
 }
 
 /// What one bench run measured; printed as the last line, one JSON object.
@@ -64,6 +66,7 @@ pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<Be
         no_cache,
         concurrency,
         ref store,
+        protocol,
     } = *options;
     let store: Option<Arc<dyn AttachmentStore>> = match store.as_deref() {
         None | Some("none") => None,
@@ -71,7 +74,7 @@ pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<Be
         Some(url) => Some(Arc::new(hostpipe_store::SqlStore::open(url).await?)),
     };
     let concurrency = concurrency.max(1);
-    let host = connect(server, no_cache).await?;
+    let host = connect(server, no_cache, protocol).await?;
     let config = InjectConfig {
         budget_tokens: Some(budget),
         attachments: attachments(&host).await?,
@@ -126,7 +129,11 @@ pub async fn run(options: &BenchOptions, server: &[String]) -> anyhow::Result<Be
 
 /// The bench server (`server`: its command and arguments), connected; without the
 /// content cache when `no_cache`.
-async fn connect(server: &[String], no_cache: bool) -> anyhow::Result<Arc<McpHost>> {
+async fn connect(
+    server: &[String],
+    no_cache: bool,
+    protocol: hostpipe_mcp::ProtocolMode,
+) -> anyhow::Result<Arc<McpHost>> {
     let Some((command, args)) = server.split_first() else {
         bail!("give the server command after `--`")
     };
@@ -138,10 +145,9 @@ async fn connect(server: &[String], no_cache: bool) -> anyhow::Result<Arc<McpHos
         },
         ..HostOptions::default()
     };
-    let host = Arc::new(McpHost::new(
-        [ServerConfig::stdio("bench", command, args)],
-        host_options,
-    ));
+    let mut config = ServerConfig::stdio("bench", command, args);
+    config.protocol = protocol;
+    let host = Arc::new(McpHost::new([config], host_options));
     host.connect_all().await;
     let info = host.server("bench").context("bench server missing")?;
     if !info.status.is_connected() {

@@ -186,6 +186,9 @@ pub(crate) struct BenchArgs {
     /// Turns in flight at once, over the one MCP session.
     #[arg(long, default_value_t = 1)]
     pub(crate) concurrency: usize,
+    /// The protocol era to speak: auto, 2025-11-25 or 2026-07-28 (a server's `protocol`).
+    #[arg(long, default_value = "auto", value_parser = parse_protocol)]
+    pub(crate) protocol: hostpipe_mcp::ProtocolMode,
     /// The server command and its arguments, after `--`.
     #[arg(last = true, required = true)]
     pub(crate) server: Vec<String>,
@@ -232,6 +235,7 @@ impl StandaloneCommand {
                 query,
                 no_cache,
                 concurrency,
+                protocol,
                 server,
             }) => {
                 let options = hostpipe_cli::bench::BenchOptions {
@@ -241,6 +245,7 @@ impl StandaloneCommand {
                     no_cache,
                     concurrency,
                     store: global.store.clone(),
+                    protocol,
                 };
                 let result = hostpipe_cli::bench::run(&options, &server).await?;
                 outln!("{}", serde_json::to_string(&result)?);
@@ -320,6 +325,11 @@ pub(crate) fn parse_expiry(s: &str) -> Result<std::time::Duration, String> {
         ));
     }
     Ok(d)
+}
+
+/// `--protocol`: a server's `protocol` value.
+pub(crate) fn parse_protocol(s: &str) -> Result<hostpipe_mcp::ProtocolMode, String> {
+    s.parse().map_err(|e: hostpipe_core::ConfigError| e.message)
 }
 
 /// An id given on the command line: not empty.

@@ -355,7 +355,10 @@ mod tests {
         let e = service_error(
             "s",
             "tools/call",
-            error(-32021, serde_json::json!({"requiredCapabilities": {"elicitation": {}}})),
+            error(
+                -32021,
+                serde_json::json!({"requiredCapabilities": {"elicitation": {}}}),
+            ),
         );
         assert_eq!(
             e.to_string(),
@@ -372,7 +375,11 @@ mod tests {
             ),
             "{e}"
         );
-        let e = service_error("s", "resources/read", error(-32602, serde_json::json!(null)));
+        let e = service_error(
+            "s",
+            "resources/read",
+            error(-32602, serde_json::json!(null)),
+        );
         assert!(e.is_not_found());
     }
 }
