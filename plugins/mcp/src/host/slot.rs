@@ -177,6 +177,9 @@ pub(super) struct Slot {
     era: Mutex<Option<Era>>,
     /// The `subscriptions/listen` of a 2026-07-28 connection, and what it asked for.
     pub(super) listener: Mutex<Option<Listener>>,
+    /// One `subscriptions/listen` at a time, so that the last one holds every URI
+    /// marked before it started.
+    pub(super) relistening: tokio::sync::Mutex<()>,
 }
 
 /// The protocol version of the 2026-07-28 era.
@@ -235,6 +238,7 @@ impl Slot {
             updates: AtomicU64::new(0),
             era: Mutex::new(None),
             listener: Mutex::new(None),
+            relistening: tokio::sync::Mutex::new(()),
         }
     }
 

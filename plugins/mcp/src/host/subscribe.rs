@@ -47,7 +47,9 @@ pub(super) async fn subscribe_once(
 
 /// Opens a `subscriptions/listen` for list changes and every URI subscribed on this
 /// connection, replacing the one before (dropped: cancelled), and waits for the
-/// server's acknowledgement (at most `timeout`).
+/// server's acknowledgement (at most `timeout`). One at a time per server: the filter
+/// is built once the one before is in place, so concurrent first reads of different
+/// URIs end with a listen that holds them all.
 ///
 /// # Errors
 /// The request failed or timed out.
@@ -56,6 +58,7 @@ pub(super) async fn relisten(
     peer: &Peer<RoleClient>,
     timeout: Duration,
 ) -> Result<(), String> {
+    let _one_at_a_time = slot.relistening.lock().await;
     let filter = filter(slot, &slot.subscribed_uris());
     let subscription = match tokio::time::timeout(timeout, peer.listen(filter)).await {
         Ok(Ok(s)) => s,

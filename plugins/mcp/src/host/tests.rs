@@ -271,3 +271,35 @@ async fn a_2026_07_28_read_without_ttl_is_not_cached() {
     assert_eq!(server.reads.load(Ordering::SeqCst), 2);
     host.shutdown().await;
 }
+
+#[tokio::test]
+async fn concurrent_first_reads_end_with_one_listen_holding_every_uri() {
+    let server = Docs {
+        ttl_ms: Some(60_000),
+        ..Docs::default()
+    };
+    let host = Arc::new(connected_with(server.clone(), ProtocolMode::Modern).await);
+    let reads: Vec<_> = ["docs://1", "docs://2", "docs://3"]
+        .into_iter()
+        .map(|uri| {
+            let host = Arc::clone(&host);
+            tokio::spawn(async move { host.read_resource("docs", uri).await.is_ok() })
+        })
+        .collect();
+    for r in reads {
+        assert!(r.await.unwrap_or(false));
+    }
+    let listened = server
+        .listened
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let mut last = listened.last().cloned().unwrap_or_default();
+    last.sort();
+    assert_eq!(last, ["docs://1", "docs://2", "docs://3"], "{listened:?}");
+    assert_eq!(
+        host.subscriptions("docs"),
+        ["docs://1", "docs://2", "docs://3"]
+    );
+    host.shutdown().await;
+}
