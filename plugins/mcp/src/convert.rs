@@ -305,6 +305,15 @@ pub(crate) fn service_error(server: &str, operation: &str, e: rmcp::ServiceError
             operation,
             message: "the result does not have the shape this method requires (a 2026-07-28 server may have asked for input, `input_required`, which hostpipe does not answer yet)".into(),
         },
+        rmcp::ServiceError::InputRequiredRoundsExceeded { max_rounds } => {
+            SourceError::InvalidResponse {
+                server,
+                operation,
+                message: format!(
+                    "the server still asked for input (`input_required`) after {max_rounds} rounds"
+                ),
+            }
+        }
         other => SourceError::Transport {
             server,
             operation,

@@ -49,6 +49,12 @@ pub use options::HostOptions;
 use slot::{Signal, Signals, Slot, State, timed};
 use subscribe::subscribe_once;
 
+/// Most `input_required` rounds a read, a prompt or a tool call may take (MCP
+/// 2026-07-28 multi-round-trip requests, SEP-2322): the session answers each with what
+/// hostpipe declares (no elicitation, sampling or roots yet), then retries with the
+/// server's `requestState`; a server that keeps asking fails the request.
+const MRTR_MAX_ROUNDS: usize = 10;
+
 /// The MCP host. Create it with [`McpHost::new`], then [`McpHost::connect_all`]; it
 /// implements [`McpSource`] for the stages. Server names are unique; servers are kept
 /// sorted by name.
@@ -377,13 +383,17 @@ impl McpSource for McpHost {
                 if subscribe {
                     subscribe_once(&slot, &peer, uri, timeout).await;
                 }
-                let result = timed(
-                    &slot,
-                    "resources/read",
-                    timeout,
-                    peer.read_resource(ReadResourceRequestParams::new(uri)),
-                )
-                .await?;
+                let params = ReadResourceRequestParams::new(uri);
+                let result = match slot.session().await {
+                    Some(session) => {
+                        let read =
+                            session.read_resource_with_mrtr_max_rounds(params, MRTR_MAX_ROUNDS);
+                        timed(&slot, "resources/read", timeout, read).await?
+                    }
+                    None => {
+                        timed(&slot, "resources/read", timeout, peer.read_resource(params)).await?
+                    }
+                };
                 let contents = result
                     .contents
                     .into_iter()
@@ -410,7 +420,13 @@ impl McpSource for McpHost {
             .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
             .collect();
         let params = GetPromptRequestParams::new(name).with_arguments(args);
-        let result = timed(&slot, "prompts/get", timeout, peer.get_prompt(params)).await?;
+        let result = match slot.session().await {
+            Some(session) => {
+                let get = session.get_prompt_with_mrtr_max_rounds(params, MRTR_MAX_ROUNDS);
+                timed(&slot, "prompts/get", timeout, get).await?
+            }
+            None => timed(&slot, "prompts/get", timeout, peer.get_prompt(params)).await?,
+        };
         convert::prompt_result(server, result)
     }
 
@@ -459,7 +475,13 @@ impl McpSource for McpHost {
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
-        let result = timed(&slot, "tools/call", timeout, peer.call_tool(params)).await?;
+        let result = match slot.session().await {
+            Some(session) => {
+                let call = session.call_tool_with_mrtr_max_rounds(params, MRTR_MAX_ROUNDS);
+                timed(&slot, "tools/call", timeout, call).await?
+            }
+            None => timed(&slot, "tools/call", timeout, peer.call_tool(params)).await?,
+        };
         convert::tool_result(server, result)
     }
 }

@@ -154,7 +154,7 @@ impl ListVersions {
 pub(super) struct Slot {
     pub(super) config: ServerConfig,
     state: RwLock<State>,
-    session: tokio::sync::Mutex<Option<Session>>,
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
     requests: Mutex<BTreeMap<&'static str, u64>>,
     stderr_tail: Mutex<VecDeque<String>>,
     /// The process group of a stdio server (its own, led by the child).
@@ -398,7 +398,13 @@ impl Slot {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(session) = session {
-            let _ = tokio::time::timeout(Duration::from_secs(3), session.cancel()).await;
+            match Arc::try_unwrap(session) {
+                Ok(session) => {
+                    let _ = tokio::time::timeout(Duration::from_secs(3), session.cancel()).await;
+                }
+                // A request still holds it: stop the service; the request fails.
+                Err(shared) => shared.cancellation_token().cancel(),
+            }
         }
         self.stop_child().await;
     }
@@ -517,7 +523,13 @@ impl Slot {
 
     /// Keeps the session of a new connection.
     pub(super) async fn set_session(&self, session: Session) {
-        *self.session.lock().await = Some(session);
+        *self.session.lock().await = Some(Arc::new(session));
+    }
+
+    /// The current session, for the requests whose multi-round-trip rounds
+    /// (`input_required`, MCP 2026-07-28) rmcp drives through the session's handler.
+    pub(super) async fn session(&self) -> Option<Arc<Session>> {
+        self.session.lock().await.clone()
     }
 
     /// Drops the session without waiting, unless a connect or shutdown holds it now.

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use hostpipe_core::{McpSource, ServerStatus, SourceError};
+use rmcp::model::InputRequiredResult;
 use rmcp::model::{
     Implementation, ListResourcesResult, PaginatedRequestParams, ReadResourceRequestParams,
     ReadResourceResponse, ReadResourceResult, Resource, ResourceContents,
@@ -64,6 +65,19 @@ impl ServerHandler for Docs {
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
+        // `docs://state` answers `input_required` with a request state until a retry
+        // echoes it, a state-only round (MCP 2026-07-28, SEP-2322); `docs://forever`
+        // never stops asking.
+        let asks = match request.uri.as_str() {
+            "docs://state" => request.request_state.as_deref() != Some("round-1"),
+            "docs://forever" => true,
+            _ => false,
+        };
+        if asks {
+            return Ok(ReadResourceResponse::InputRequired(
+                InputRequiredResult::from_request_state("round-1"),
+            ));
+        }
         let text = ResourceContents::text(format!("read {n}"), request.uri);
         let mut result = ReadResourceResult::new(vec![text]);
         if let Some(ms) = self.ttl_ms {
@@ -301,5 +315,27 @@ async fn concurrent_first_reads_end_with_one_listen_holding_every_uri() {
         host.subscriptions("docs"),
         ["docs://1", "docs://2", "docs://3"]
     );
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_input_required_read_is_retried_with_the_state_and_a_server_that_keeps_asking_fails() {
+    let server = Docs::default();
+    let host = connected_with(server.clone(), ProtocolMode::Modern).await;
+    let read = host
+        .read_resource("docs", "docs://state")
+        .await
+        .unwrap_or_else(|e| unreachable!("{e}"));
+    assert_eq!(read.contents.len(), 1);
+    // The first answer asked; the retry with the state got the resource.
+    assert_eq!(server.reads.load(Ordering::SeqCst), 2);
+    let Err(e) = host.read_resource("docs", "docs://forever").await else {
+        unreachable!("a server that keeps asking fails the read")
+    };
+    assert_eq!(
+        e.to_string(),
+        "MCP server `docs`: resources/read: invalid response: the server still asked for input (`input_required`) after 10 rounds"
+    );
+    assert_eq!(server.reads.load(Ordering::SeqCst), 12);
     host.shutdown().await;
 }
