@@ -36,7 +36,7 @@ use hostpipe_core::{
 };
 use rmcp::model::{
     ArgumentInfo, CallToolRequestParams, CompleteRequestParams, CompletionContext,
-    GetPromptRequestParams, ReadResourceRequestParams, Reference,
+    GetPromptRequestParams, ReadResourceRequestParams, ReadResourceResponse, Reference,
 };
 use rmcp::{Peer, RoleClient};
 
@@ -383,15 +383,25 @@ impl McpSource for McpHost {
                 if subscribe {
                     subscribe_once(&slot, &peer, uri, timeout).await;
                 }
+                // One plain round first: a complete answer is cached by its `ttlMs`; one
+                // that took `input_required` rounds never is (spec 2026-07-28,
+                // "Caching"). Such a read starts again, driven by the session.
                 let params = ReadResourceRequestParams::new(uri);
-                let result = match slot.session().await {
-                    Some(session) => {
-                        let read =
-                            session.read_resource_with_mrtr_max_rounds(params, MRTR_MAX_ROUNDS);
-                        timed(&slot, "resources/read", timeout, read).await?
-                    }
-                    None => {
-                        timed(&slot, "resources/read", timeout, peer.read_resource(params)).await?
+                let once = peer.read_resource_once(params.clone());
+                let (result, driven) = match timed(&slot, "resources/read", timeout, once).await? {
+                    ReadResourceResponse::Complete(result) => (result, false),
+                    // `input_required` (or a kind this rmcp does not name).
+                    _ => {
+                        let Some(session) = slot.session().await else {
+                            return Err(SourceError::Transport {
+                                server: server.to_owned(),
+                                operation: "resources/read".into(),
+                                message: "the connection closed (the server exited or dropped the session)".into(),
+                                source: Arc::new(std::io::Error::other("no session")),
+                            });
+                        };
+                        let read = session.read_resource_with_mrtr_max_rounds(params, MRTR_MAX_ROUNDS);
+                        (timed(&slot, "resources/read", timeout, read).await?, true)
                     }
                 };
                 let contents = result
@@ -401,7 +411,7 @@ impl McpSource for McpHost {
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(Fetched {
                     contents,
-                    ttl_ms: result.ttl_ms,
+                    ttl_ms: if driven { Some(0) } else { result.ttl_ms },
                 })
             })
             .await
