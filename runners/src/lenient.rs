@@ -73,3 +73,24 @@ pub(crate) fn read<T: DeserializeOwned + Default>(value: Value) -> T {
 pub(crate) fn parse<T: DeserializeOwned + Default>(text: &str) -> Result<T, serde_json::Error> {
     serde_json::from_str(text).map(read)
 }
+
+/// `usage`, in tokens, as OpenAI's Chat Completions API reports it (`prompt_tokens`,
+/// `completion_tokens`) and Dify's `message_end` repeats it in `metadata.usage`; other
+/// fields (`total_tokens`, prices) are ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Usage {
+    #[serde(deserialize_with = "lenient")]
+    pub(crate) prompt_tokens: u64,
+    #[serde(deserialize_with = "lenient")]
+    pub(crate) completion_tokens: u64,
+}
+
+impl From<Usage> for hostpipe_core::TokenUsage {
+    fn from(u: Usage) -> Self {
+        Self {
+            input_tokens: u.prompt_tokens,
+            output_tokens: u.completion_tokens,
+        }
+    }
+}

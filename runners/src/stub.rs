@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use hostpipe_core::{
     BlockBody, BlockSource, ContextBlock, EventSink, Fence, ModelProfile, RunError, RunEvent,
-    RunRequest, Runner, Scope, ToolCallResult, ToolError, ToolExecutor, Treatment, TurnIds,
-    UserMessage, Variables,
+    RunRequest, Runner, Scope, TokenUsage, ToolCallResult, ToolError, ToolExecutor, Treatment,
+    TurnIds, UserMessage, Variables,
 };
 use serde_json::Value;
 
@@ -286,4 +286,36 @@ pub(crate) fn image_block() -> ContextBlock {
         tokens_before: 0,
         tokens_after: 0,
     }
+}
+
+/// `text` inside the test fence, with `attrs`, as the runners render a context block.
+pub(crate) fn fenced(attrs: &str, text: &str) -> String {
+    format!("<resource-{NONCE} {attrs}>\n{text}\n</resource-{NONCE}>")
+}
+
+/// The test fence's preamble.
+pub(crate) fn preamble() -> String {
+    fence().preamble()
+}
+
+/// The attributes of [`text_block`]'s fence.
+pub(crate) const DOC_ATTRS: &str =
+    r#"server="kb" uri="kb://doc" scope="message" mime="text/markdown" treatment="whole""#;
+
+/// Token usage, as a run reports it.
+pub(crate) fn usage(input_tokens: u64, output_tokens: u64) -> Option<TokenUsage> {
+    Some(TokenUsage {
+        input_tokens,
+        output_tokens,
+    })
+}
+
+/// A `message_delta` event.
+pub(crate) fn delta(text: &str) -> RunEvent {
+    RunEvent::MessageDelta { text: text.into() }
+}
+
+/// A `message_completed` event.
+pub(crate) fn completed(text: &str) -> RunEvent {
+    RunEvent::MessageCompleted { text: text.into() }
 }

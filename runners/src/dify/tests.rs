@@ -1,11 +1,11 @@
 //! The `dify` runner against a stand-in of the Dify service API: the request bodies it
 //! sends (compared whole) and what it makes of the event streams.
 
-use hostpipe_core::{RunEvent, TokenUsage};
+use hostpipe_core::RunEvent;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::stub::{self, NONCE, Reply, Stub};
+use crate::stub::{self, DOC_ATTRS, Reply, Stub, completed, delta, fenced, preamble, usage};
 
 fn runner_with(stub: &Stub, change: impl FnOnce(&mut DifyConfig)) -> DifyRunner {
     let mut config = DifyConfig {
@@ -31,32 +31,6 @@ fn message_end(conversation: &str, usage: Option<(u64, u64)>) -> Value {
         v["metadata"] = json!({"usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c, "currency": "USD"}, "retriever_resources": []});
     }
     v
-}
-
-fn fenced(attrs: &str, text: &str) -> String {
-    format!("<resource-{NONCE} {attrs}>\n{text}\n</resource-{NONCE}>")
-}
-
-fn preamble() -> String {
-    stub::fence().preamble()
-}
-
-const DOC_ATTRS: &str =
-    r#"server="kb" uri="kb://doc" scope="message" mime="text/markdown" treatment="whole""#;
-
-fn usage(input_tokens: u64, output_tokens: u64) -> Option<TokenUsage> {
-    Some(TokenUsage {
-        input_tokens,
-        output_tokens,
-    })
-}
-
-fn delta(text: &str) -> RunEvent {
-    RunEvent::MessageDelta { text: text.into() }
-}
-
-fn completed(text: &str) -> RunEvent {
-    RunEvent::MessageCompleted { text: text.into() }
 }
 
 /// Runs and expects a failure; its display text, after checking `run_failed` came

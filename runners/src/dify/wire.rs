@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{DifyConfig, Prepared};
+pub(super) use crate::lenient::Usage;
 use crate::lenient::{lenient, object, present};
 
 /// `response_mode`: always `streaming` (agent apps take nothing else, and a stream
@@ -180,25 +181,6 @@ pub(super) struct Metadata {
     /// Present with any value (an odd one reads as zero tokens).
     #[serde(deserialize_with = "present")]
     pub(super) usage: Option<Usage>,
-}
-
-/// `usage`, in tokens.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct Usage {
-    #[serde(deserialize_with = "lenient")]
-    pub(super) prompt_tokens: u64,
-    #[serde(deserialize_with = "lenient")]
-    pub(super) completion_tokens: u64,
-}
-
-impl From<Usage> for hostpipe_core::TokenUsage {
-    fn from(u: Usage) -> Self {
-        Self {
-            input_tokens: u.prompt_tokens,
-            output_tokens: u.completion_tokens,
-        }
-    }
 }
 
 /// One event of a workflow app's stream.

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{LocalConfig, ToolCall, model_schema};
+pub(super) use crate::lenient::Usage;
 use crate::lenient::{lenient, not_null, object, present};
 use crate::render;
 
@@ -312,25 +313,6 @@ pub(super) struct CalledFunction {
     /// JSON text; not read when it is not a string (some servers send an object).
     #[serde(deserialize_with = "lenient")]
     pub(super) arguments: Option<String>,
-}
-
-/// `usage`, in tokens.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct Usage {
-    #[serde(deserialize_with = "lenient")]
-    pub(super) prompt_tokens: u64,
-    #[serde(deserialize_with = "lenient")]
-    pub(super) completion_tokens: u64,
-}
-
-impl From<Usage> for hostpipe_core::TokenUsage {
-    fn from(u: Usage) -> Self {
-        Self {
-            input_tokens: u.prompt_tokens,
-            output_tokens: u.completion_tokens,
-        }
-    }
 }
 
 /// The error object, `{"error": {"message", "code", …}}`.

@@ -6,13 +6,15 @@ mod answers;
 mod bodies;
 
 use hostpipe_core::{
-    HistoryMessage, ModelProfile, Resource, ResourceContents, Role, RunError, RunEvent, TokenUsage,
-    Tokenizer, ToolCallResult, ToolContent, ToolError, ToolOrigin, ToolSpec,
+    HistoryMessage, ModelProfile, Resource, ResourceContents, Role, RunError, RunEvent, Tokenizer,
+    ToolCallResult, ToolContent, ToolError, ToolOrigin, ToolSpec,
 };
 use serde_json::{Value, json};
 
 use super::*;
-use crate::stub::{self, NONCE, Reply, ScriptedTools, Stub};
+use crate::stub::{
+    self, DOC_ATTRS, NONCE, Reply, ScriptedTools, Stub, completed, delta, fenced, preamble, usage,
+};
 
 fn runner(stub: &Stub, stream: bool) -> LocalAgentRunner {
     runner_with(stub, |c| c.stream = stream)
@@ -74,33 +76,8 @@ fn sse(chunks: &[Value], done: bool) -> Reply {
     Reply::sse(&data)
 }
 
-fn fenced(attrs: &str, text: &str) -> String {
-    format!("<resource-{NONCE} {attrs}>\n{text}\n</resource-{NONCE}>")
-}
-
-fn preamble() -> String {
-    stub::fence().preamble()
-}
-
-const DOC_ATTRS: &str =
-    r#"server="kb" uri="kb://doc" scope="message" mime="text/markdown" treatment="whole""#;
 const LOGO_ATTRS: &str =
     r#"server="kb" uri="kb://logo" scope="message" mime="image/png" treatment="whole""#;
-
-fn usage(input_tokens: u64, output_tokens: u64) -> Option<TokenUsage> {
-    Some(TokenUsage {
-        input_tokens,
-        output_tokens,
-    })
-}
-
-fn delta(text: &str) -> RunEvent {
-    RunEvent::MessageDelta { text: text.into() }
-}
-
-fn completed(text: &str) -> RunEvent {
-    RunEvent::MessageCompleted { text: text.into() }
-}
 
 fn started(id: &str, name: &str, arguments: Value) -> RunEvent {
     RunEvent::ToolCallStarted {
