@@ -257,11 +257,6 @@ impl Slot {
         self.read().protocol_version.as_deref() == Some(MODERN)
     }
 
-    /// The URIs to hold subscriptions for on this connection.
-    pub(super) fn subscribed_uris(&self) -> Vec<String> {
-        self.subscriptions()
-    }
-
     /// Marks `uri` subscribed on this connection; `false` when it already was.
     pub(super) fn mark_subscribed(&self, uri: &str) -> bool {
         self.subs().subscribed.insert(uri.to_owned())

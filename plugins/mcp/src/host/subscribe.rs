@@ -59,7 +59,7 @@ pub(super) async fn relisten(
     timeout: Duration,
 ) -> Result<(), String> {
     let _one_at_a_time = slot.relistening.lock().await;
-    let filter = filter(slot, &slot.subscribed_uris());
+    let filter = filter(slot, &slot.subscriptions());
     let subscription = match tokio::time::timeout(timeout, peer.listen(filter)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(e.to_string()),
@@ -134,7 +134,7 @@ async fn drain(
         }
         tracing::info!(server = %slot.config.name, end = ?subscription.end(), "subscriptions/listen ended; listening again");
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let filter = filter(&slot, &slot.subscribed_uris());
+        let filter = filter(&slot, &slot.subscriptions());
         subscription = match tokio::time::timeout(timeout, peer.listen(filter)).await {
             Ok(Ok(s)) => s,
             _ => return,
