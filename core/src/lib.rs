@@ -21,6 +21,7 @@
 
 pub mod consent;
 pub mod context;
+pub mod credentials;
 pub mod error;
 pub mod extensions;
 pub mod fence;
@@ -41,6 +42,7 @@ pub use context::{
     ArgumentValue, Attachment, AttachmentTarget, BlockBody, BlockSource, ContextBlock,
     FallbackReason, Scope, TemplateRef, Treatment, TruncationSide, VariableRef,
 };
+pub use credentials::{CredentialVault, MemoryVault, StoredSecret, VaultError};
 pub use error::{ConfigError, RunError, SourceError, StageError};
 pub use extensions::Extensions;
 pub use fence::Fence;

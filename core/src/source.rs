@@ -33,6 +33,14 @@ pub enum ServerStatus {
         /// The attempt that comes next, from 1.
         attempt: u32,
     },
+    /// The server answered `401 Unauthorized` and hostpipe has no usable credentials
+    /// for it (MCP spec 2025-11-25, "Authorization"): an administrator must log in
+    /// (`hostpipe login SERVER`, or `POST /v1/servers/{server}/login`). Not retried
+    /// until then.
+    NeedsLogin {
+        /// Why, e.g. `the server requires OAuth authorization`.
+        reason: String,
+    },
     /// `disabled: true` in the configuration; never started.
     Disabled,
 }
@@ -43,6 +51,11 @@ impl ServerStatus {
         matches!(self, Self::Connected)
     }
 
+    /// Whether an administrator must log in before it can connect.
+    pub fn needs_login(&self) -> bool {
+        matches!(self, Self::NeedsLogin { .. })
+    }
+
     /// A short description: `connected`, `failed: <reason>`, ...
     pub fn describe(&self) -> String {
         match self {
@@ -51,6 +64,11 @@ impl ServerStatus {
             Self::Failed { reason } => format!("failed: {reason}"),
             Self::Reconnecting { reason, attempt } => {
                 format!("reconnecting (attempt {attempt}): {reason}")
+            }
+            Self::NeedsLogin { reason } => {
+                format!(
+                    "needs login: {reason}; an administrator must log in (`hostpipe login`, or the admin page)"
+                )
             }
             Self::Disabled => "disabled".into(),
         }

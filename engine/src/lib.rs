@@ -15,6 +15,7 @@
 //! Stages and runners depend on `hostpipe-core` only; this crate is where they meet.
 
 pub mod consent;
+pub mod credentials;
 pub mod error;
 pub mod layer;
 pub mod pipeline;
@@ -26,6 +27,7 @@ pub use consent::{
     Approver, Consent, ConsentAnswer, ConsentConfig, ConsentGrant, ConsentPolicy, ConsentRule,
     Decision, GrantKind,
 };
+pub use credentials::{CredentialKey, EncryptedVault, SealedRow, SealedRows};
 pub use layer::{CatchPanic, ReportFailure, Timeout};
 pub use pipeline::{Pipeline, Prepared, ToolCallOutcome, TurnOutcome, TurnStatus};
 pub use store::{

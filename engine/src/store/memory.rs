@@ -24,6 +24,8 @@ struct MemoryInner {
     records: Vec<InjectionRecord>,
     calls: Vec<ToolCallEntry>,
     grants: std::collections::HashSet<ConsentGrant>,
+    /// OAuth credentials by server: the issuer's row saved last.
+    credentials: std::collections::BTreeMap<String, crate::SealedRow>,
 }
 
 impl MemoryStore {
@@ -172,5 +174,27 @@ impl AttachmentStore for MemoryStore {
             pins: (pins - inner.pins.len()) as u64,
             records: (records - inner.records.len()) as u64,
         })
+    }
+}
+
+#[async_trait]
+impl crate::SealedRows for MemoryStore {
+    async fn load_credentials(&self, server: &str) -> Result<Option<crate::SealedRow>, StoreError> {
+        Ok(self.lock().credentials.get(server).cloned())
+    }
+    async fn save_credentials(
+        &self,
+        server: &str,
+        row: &crate::SealedRow,
+        _now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.lock()
+            .credentials
+            .insert(server.to_owned(), row.clone());
+        Ok(())
+    }
+    async fn delete_credentials(&self, server: &str) -> Result<(), StoreError> {
+        self.lock().credentials.remove(server);
+        Ok(())
     }
 }

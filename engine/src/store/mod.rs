@@ -448,4 +448,11 @@ mod tests {
     async fn the_memory_store_passes_the_store_checks() {
         check_store(&MemoryStore::new()).await.unwrap();
     }
+
+    #[tokio::test]
+    async fn the_memory_store_passes_the_credential_row_checks() {
+        crate::testkit::check_sealed_rows(&MemoryStore::new())
+            .await
+            .unwrap();
+    }
 }

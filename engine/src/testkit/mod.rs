@@ -7,7 +7,8 @@
 //! - [`ScriptedRunner`]: a [`Runner`](hostpipe_core::Runner) that answers from a script
 //!   (text, a failure, a delay, a panic) and remembers the requests it got;
 //! - [`conformance`]: the runner contract, checked on any runner;
-//! - [`check_store`]: what every [`AttachmentStore`](crate::AttachmentStore) must do.
+//! - [`check_store`]: what every [`AttachmentStore`](crate::AttachmentStore) must do;
+//!   [`check_sealed_rows`]: what every [`SealedRows`](crate::SealedRows) must do.
 //!
 //! ```toml
 //! [dev-dependencies]
@@ -21,4 +22,4 @@ mod store;
 
 pub use runner::{Script, ScriptedRunner};
 pub use source::FakeSource;
-pub use store::check_store;
+pub use store::{check_sealed_rows, check_store};

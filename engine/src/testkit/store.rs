@@ -480,3 +480,54 @@ async fn check_grants(store: &dyn AttachmentStore, now: i64) -> Result<(), Strin
     )?;
     Ok(())
 }
+
+/// What every [`SealedRows`](crate::SealedRows) store must do: one row per server and
+/// issuer, the last saved wins, another issuer's save replaces the old issuer's row,
+/// and delete forgets them all. Leaves the store as it found it.
+///
+/// # Errors
+/// The first failed check, described.
+pub async fn check_sealed_rows(rows: &dyn crate::SealedRows) -> Result<(), String> {
+    use crate::SealedRow;
+    let e = |e: crate::StoreError| e.to_string();
+    let row = |issuer: &str, sealed: &str| SealedRow {
+        issuer: issuer.into(),
+        sealed: sealed.into(),
+    };
+    let server = "testkit-oauth";
+    if rows.load_credentials(server).await.map_err(e)?.is_some() {
+        return Err("a new store has credentials".into());
+    }
+    rows.save_credentials(server, &row("https://as-1", "v1.aaa"), 1)
+        .await
+        .map_err(e)?;
+    rows.save_credentials(server, &row("https://as-1", "v1.bbb"), 2)
+        .await
+        .map_err(e)?;
+    rows.save_credentials("testkit-other", &row("", "v1.zzz"), 2)
+        .await
+        .map_err(e)?;
+    let got = rows.load_credentials(server).await.map_err(e)?;
+    if got != Some(row("https://as-1", "v1.bbb")) {
+        return Err(format!("the second save is not what loads: {got:?}"));
+    }
+    rows.save_credentials(server, &row("https://as-2", "v1.ccc"), 3)
+        .await
+        .map_err(e)?;
+    let got = rows.load_credentials(server).await.map_err(e)?;
+    if got != Some(row("https://as-2", "v1.ccc")) {
+        return Err(format!(
+            "another issuer's save does not replace the row: {got:?}"
+        ));
+    }
+    rows.delete_credentials(server).await.map_err(e)?;
+    if let Some(left) = rows.load_credentials(server).await.map_err(e)? {
+        return Err(format!("delete left a row: {left:?}"));
+    }
+    let other = rows.load_credentials("testkit-other").await.map_err(e)?;
+    if other != Some(row("", "v1.zzz")) {
+        return Err(format!("delete of one server touched another: {other:?}"));
+    }
+    rows.delete_credentials("testkit-other").await.map_err(e)?;
+    Ok(())
+}

@@ -69,6 +69,9 @@ pub struct RawServerEntry {
     /// streamable HTTP: extra request headers.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// streamable HTTP: how to authenticate ([`crate::auth_config`]); default OAuth
+    /// when the server asks for it, none when `headers` has `Authorization`.
+    pub auth: Option<crate::auth_config::RawAuth>,
     /// Never start this server.
     #[serde(default)]
     pub disabled: bool,
@@ -110,6 +113,8 @@ pub enum TransportConfig {
         url: String,
         /// Extra headers.
         headers: BTreeMap<String, String>,
+        /// How hostpipe authenticates (OAuth, client credentials, or only `headers`).
+        auth: crate::auth_config::AuthConfig,
     },
 }
 
@@ -210,6 +215,7 @@ impl ServerConfig {
             transport: TransportConfig::StreamableHttp {
                 url: url.into(),
                 headers: BTreeMap::new(),
+                auth: crate::auth_config::AuthConfig::OAuth(Default::default()),
             },
             disabled: false,
             connect_timeout: None,
@@ -225,6 +231,20 @@ impl ServerConfig {
     /// [`ConfigError`] when neither or both of `command` and `url` are given, the `type`
     /// is unknown or unsupported (legacy `sse`), or the URL is not `http(s)://`.
     pub fn from_entry(name: &str, raw: RawServerEntry) -> Result<Self, ConfigError> {
+        Self::from_entry_with_env(name, raw, &|var| std::env::var(var).ok())
+    }
+
+    /// [`ServerConfig::from_entry`], reading environment variables (the secrets `auth`
+    /// names) through `env`.
+    ///
+    /// # Errors
+    /// As [`ServerConfig::from_entry`], and the `auth` errors of
+    /// [`crate::auth_config::validate`].
+    pub fn from_entry_with_env(
+        name: &str,
+        raw: RawServerEntry,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         if name.is_empty() {
             return Err(ConfigError::new("", "a server name must not be empty"));
         }
@@ -239,6 +259,12 @@ impl ServerConfig {
             (None | Some("stdio"), Some(command), None) => {
                 if command.trim().is_empty() {
                     return Err(ConfigError::new("command", "must not be empty"));
+                }
+                if raw.auth.is_some() {
+                    return Err(ConfigError::new(
+                        "auth",
+                        "is for HTTP servers; a stdio server gets credentials only through its `env`",
+                    ));
                 }
                 if let Some((i, name)) = raw
                     .inherit_env
@@ -266,9 +292,15 @@ impl ServerConfig {
                         format!("`{url}` is not an http:// or https:// URL"),
                     ));
                 }
+                let has_authorization = raw
+                    .headers
+                    .keys()
+                    .any(|k| k.eq_ignore_ascii_case("authorization"));
+                let auth = crate::auth_config::validate(raw.auth, has_authorization, env)?;
                 TransportConfig::StreamableHttp {
                     url,
                     headers: raw.headers,
+                    auth,
                 }
             }
             (Some(k @ ("stdio" | "http" | "streamable-http" | "streamablehttp")), _, _) => {

@@ -23,6 +23,7 @@
 //! - a stdio server's stderr goes to the log (target `hostpipe_mcp::server_stderr`),
 //!   and its last lines explain a failed start.
 
+pub mod auth_config;
 mod cache;
 pub mod config;
 mod convert;
@@ -33,4 +34,4 @@ pub use config::{
     ProtocolMode, RawServerEntry, ServerConfig, TransportConfig, parse_mcp_servers_json,
 };
 pub use convert::decode_read_result;
-pub use host::{HostOptions, McpHost};
+pub use host::{HostOptions, LoginError, McpHost, PendingLogin};

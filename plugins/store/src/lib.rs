@@ -45,7 +45,7 @@ use sqlx::{
 };
 
 /// The schema migrations, in order. Never edit one that has shipped: add the next.
-const MIGRATIONS: [(i64, &str, &str); 5] = [
+const MIGRATIONS: [(i64, &str, &str); 6] = [
     (
         1,
         "pins and read history",
@@ -70,6 +70,11 @@ const MIGRATIONS: [(i64, &str, &str); 5] = [
         5,
         "read outcome",
         include_str!("../migrations/0005_read_outcome.sql"),
+    ),
+    (
+        6,
+        "oauth credentials",
+        include_str!("../migrations/0006_oauth_credentials.sql"),
     ),
 ];
 
@@ -689,6 +694,7 @@ fn bind_all(
 pub struct AttachmentsGuide;
 
 mod calls;
+mod credentials;
 mod grants;
 mod url;
 

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use hostpipe_engine::testkit::check_store;
+use hostpipe_engine::testkit::{check_sealed_rows, check_store};
 
 use super::*;
 
@@ -11,6 +11,7 @@ async fn sqlite_passes_the_store_checks() {
         .await
         .unwrap();
     check_store(&store).await.unwrap();
+    check_sealed_rows(&store).await.unwrap();
     assert!(
         dir.path().join("a dir/hostpipe?#%.db").is_file(),
         "the file keeps its name"
@@ -286,6 +287,7 @@ async fn postgres_passes_the_store_checks() {
     };
     let store = SqlStore::open(&url).await.unwrap();
     check_store(&store).await.unwrap();
+    check_sealed_rows(&store).await.unwrap();
     store.close().await;
     drop_database(&name, admin).await;
 }

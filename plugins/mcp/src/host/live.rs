@@ -200,6 +200,8 @@ async fn reconnect(
                 return;
             }
             ServerStatus::Failed { reason: why } => reason = why,
+            // Its credentials are gone or refused: nothing to retry until a login.
+            ServerStatus::NeedsLogin { .. } => return,
             _ => {}
         }
         slot.drop_session().await;

@@ -18,6 +18,7 @@ mod capability;
 mod connect;
 mod lists;
 mod live;
+mod oauth;
 mod observed;
 mod options;
 mod slot;
@@ -40,11 +41,13 @@ use rmcp::model::{
 };
 use rmcp::{Peer, RoleClient};
 
+use crate::auth_config::AuthConfig;
 use crate::cache::{ContentCache, Fetched};
-use crate::config::ServerConfig;
+use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 use capability::Capability;
 use connect::connect;
+pub use oauth::{LoginError, PendingLogin};
 pub use options::HostOptions;
 use slot::{Signal, Signals, Slot, State, timed};
 use subscribe::subscribe_once;
@@ -223,7 +226,11 @@ impl McpHost {
                 // the status that says why.
                 if !matches!(
                     before,
-                    Some(ServerStatus::Disabled | ServerStatus::Failed { .. })
+                    Some(
+                        ServerStatus::Disabled
+                            | ServerStatus::Failed { .. }
+                            | ServerStatus::NeedsLogin { .. }
+                    )
                 ) {
                     slot.set_status(ServerStatus::Failed {
                         reason: "the host shut down".into(),
@@ -232,6 +239,85 @@ impl McpHost {
             });
         }
         while set.join_next().await.is_some() {}
+    }
+
+    /// Keeps every server's OAuth credentials in `vault` from the next connect on (call
+    /// it before [`McpHost::connect_all`]; the host starts with a
+    /// [`MemoryVault`](hostpipe_core::MemoryVault)). stdio servers never see it.
+    pub fn set_credential_vault(&self, vault: Arc<dyn hostpipe_core::CredentialVault>) {
+        for slot in self.slots.values() {
+            slot.set_vault(Arc::clone(&vault));
+        }
+    }
+
+    /// Starts an OAuth login to `server` (the authorization code flow with PKCE,
+    /// RFC 6749 §4.1 and RFC 7636, as the MCP authorization spec asks), redirecting to
+    /// `redirect_uri` unless the server's config names its own `redirect_uri`.
+    ///
+    /// # Errors
+    /// [`LoginError::UnknownServer`], [`LoginError::NotOAuth`] for a stdio server, one
+    /// with static headers or client credentials, and [`LoginError::Failed`] when
+    /// discovery or client registration fails.
+    pub async fn start_login(
+        &self,
+        server: &str,
+        redirect_uri: &str,
+    ) -> Result<PendingLogin, LoginError> {
+        let slot = self
+            .slots
+            .get(server)
+            .ok_or_else(|| LoginError::UnknownServer(server.to_owned()))?;
+        let not_oauth = |why| LoginError::NotOAuth {
+            server: server.to_owned(),
+            why,
+        };
+        let (url, client) = match &slot.config.transport {
+            TransportConfig::Stdio { .. } => {
+                return Err(not_oauth("a stdio server takes credentials from its `env`"));
+            }
+            TransportConfig::StreamableHttp { url, auth, .. } => match auth {
+                AuthConfig::OAuth(client) => (url, client),
+                AuthConfig::None => {
+                    return Err(not_oauth(
+                        "its config sets an `Authorization` header or `\"auth\": {\"type\": \"none\"}`",
+                    ));
+                }
+                AuthConfig::ClientCredentials(_) => {
+                    return Err(not_oauth(
+                        "it uses the client credentials grant, which needs no login",
+                    ));
+                }
+            },
+        };
+        let redirect = client.redirect_uri.as_deref().unwrap_or(redirect_uri);
+        let challenge = slot
+            .challenge
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        oauth::start_login(server, url, client, redirect, challenge, slot.vault()).await
+    }
+
+    /// Connects `server` again (after a login), and starts its event loop if it has
+    /// none. Returns its status.
+    ///
+    /// # Errors
+    /// [`SourceError::UnknownServer`].
+    pub async fn reconnect(&self, server: &str) -> Result<ServerStatus, SourceError> {
+        let slot = Arc::clone(self.slot(server)?);
+        if slot.config.disabled {
+            return Ok(ServerStatus::Disabled);
+        }
+        slot.drop_session().await;
+        slot.set_status(ServerStatus::Connecting);
+        connect(
+            Arc::clone(&slot),
+            self.options.clone(),
+            Arc::clone(&self.cache),
+        )
+        .await;
+        self.start_loop(&slot);
+        Ok(slot.status())
     }
 
     /// How many `notifications/resources/updated` `server` has sent (diagnostics and

@@ -180,6 +180,11 @@ pub(super) struct Slot {
     /// One `subscriptions/listen` at a time, so that the last one holds every URI
     /// marked before it started.
     pub(super) relistening: tokio::sync::Mutex<()>,
+    /// Where the server's OAuth credentials live (the host's vault).
+    vault: Mutex<Arc<dyn hostpipe_core::CredentialVault>>,
+    /// The `WWW-Authenticate` challenge of the last 401, which starts a login's
+    /// discovery (RFC 9728 `resource_metadata`, `scope`).
+    pub(super) challenge: Mutex<Option<String>>,
 }
 
 /// The protocol version of the 2026-07-28 era.
@@ -239,7 +244,19 @@ impl Slot {
             era: Mutex::new(None),
             listener: Mutex::new(None),
             relistening: tokio::sync::Mutex::new(()),
+            vault: Mutex::new(Arc::new(hostpipe_core::MemoryVault::new())),
+            challenge: Mutex::new(None),
         }
+    }
+
+    /// The credential vault.
+    pub(super) fn vault(&self) -> Arc<dyn hostpipe_core::CredentialVault> {
+        Arc::clone(&self.vault.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Uses `vault` from the next connect on.
+    pub(super) fn set_vault(&self, vault: Arc<dyn hostpipe_core::CredentialVault>) {
+        *self.vault.lock().unwrap_or_else(PoisonError::into_inner) = vault;
     }
 
     /// The era an earlier connection found, if any.

@@ -40,6 +40,34 @@ pub(super) fn config(
     Ok(config)
 }
 
+/// The HTTP client of an OAuth server's transport: as rmcp's own default (no idle
+/// pool), following only same-origin 307/308 redirects (a cross-origin one would hand
+/// the bearer token to another host), each connect attempt bounded.
+///
+/// # Errors
+/// When the TLS backend cannot start.
+pub(super) fn client() -> Result<reqwest::Client, String> {
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        let same_origin = attempt.previous().first().is_some_and(|first| {
+            first.scheme() == attempt.url().scheme()
+                && first.host_str() == attempt.url().host_str()
+                && first.port_or_known_default() == attempt.url().port_or_known_default()
+        });
+        let keeps_body = matches!(attempt.status().as_u16(), 307 | 308);
+        if same_origin && keeps_body && attempt.previous().len() < 10 {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    });
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .redirect(policy)
+        .connect_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,16 +13,39 @@ use hostpipe_core::ServerStatus;
 use rmcp::RoleClient;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt as _};
-use rmcp::transport::{StreamableHttpClientTransport, Transport};
+use rmcp::transport::{AuthClient, StreamableHttpClientTransport, Transport};
 
 use super::lists::{Which, refresh_lists};
+use super::oauth;
 use super::observed::Observed;
 use super::options::HostOptions;
 use super::slot::{Era, MODERN, Notifies, Session, Slot};
 use super::subscribe;
+use crate::auth_config::AuthConfig;
 use crate::cache::ContentCache;
 use crate::config::{ProtocolMode, TransportConfig};
 use crate::convert;
+
+/// Why a connect did not give a session.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The connect failed; the reason, for the status.
+    Failed(String),
+    /// The server wants OAuth credentials hostpipe does not have (a 401): status
+    /// `needs_login`, no reconnect loop.
+    NeedsLogin {
+        /// The reason, for the status.
+        reason: String,
+        /// The `WWW-Authenticate` challenge, for the login's discovery.
+        challenge: Option<String>,
+    },
+}
+
+impl From<String> for Refused {
+    fn from(reason: String) -> Self {
+        Self::Failed(reason)
+    }
+}
 
 /// Connects (or reconnects) one server under its connect timeout and lists what it
 /// declares. The outcome is the slot's status.
@@ -38,14 +61,14 @@ pub(super) async fn connect(slot: Arc<Slot>, options: HostOptions, cache: Arc<Co
 /// The handshake under the connect timeout.
 pub(super) async fn within(
     connect_timeout: Duration,
-    establishing: impl Future<Output = Result<Session, String>>,
-) -> Result<Session, String> {
+    establishing: impl Future<Output = Result<Session, Refused>>,
+) -> Result<Session, Refused> {
     match tokio::time::timeout(connect_timeout, establishing).await {
         Ok(r) => r,
-        Err(_) => Err(format!(
+        Err(_) => Err(Refused::Failed(format!(
             "no answer to `initialize` within {} ms",
             connect_timeout.as_millis()
-        )),
+        ))),
     }
 }
 
@@ -54,7 +77,7 @@ async fn establish(
     slot: &Arc<Slot>,
     options: &HostOptions,
     cache: Arc<ContentCache>,
-) -> Result<Session, String> {
+) -> Result<Session, Refused> {
     let client = client_config(options);
     let conn = slot.new_connection();
     match &slot.config.transport {
@@ -69,9 +92,23 @@ async fn establish(
             let transport = stdio::spawn(slot, cmd, command, options.max_message_bytes)?;
             serve(client, transport, slot, cache, conn).await
         }
-        TransportConfig::StreamableHttp { url, headers } => {
+        TransportConfig::StreamableHttp { url, headers, auth } => {
             let config = http::config(url, headers, options.max_message_bytes)?;
-            let transport = StreamableHttpClientTransport::from_config(config);
+            if matches!(auth, AuthConfig::None) {
+                let transport = StreamableHttpClientTransport::from_config(config);
+                return serve(client, transport, slot, cache, conn).await;
+            }
+            let manager = oauth::manager(&slot.config.name, url, auth, slot.vault())
+                .await
+                .map_err(|e| match e {
+                    oauth::Prepare::NeedsLogin(reason) => Refused::NeedsLogin {
+                        reason,
+                        challenge: None,
+                    },
+                    oauth::Prepare::Failed(reason) => Refused::Failed(reason),
+                })?;
+            let http = AuthClient::new(http::client()?, manager);
+            let transport = StreamableHttpClientTransport::with_client(http, config);
             serve(client, transport, slot, cache, conn).await
         }
     }
@@ -96,7 +133,7 @@ pub(super) async fn serve<T>(
     slot: &Arc<Slot>,
     cache: Arc<ContentCache>,
     conn: u64,
-) -> Result<Session, String>
+) -> Result<Session, Refused>
 where
     T: Transport<RoleClient> + Send + 'static,
     T::Error: std::error::Error + Send + Sync + 'static,
@@ -120,13 +157,19 @@ where
         )
         .await
         .map_err(|e| {
+            if e.is_authorization_required() {
+                return Refused::NeedsLogin {
+                    reason: "the server requires OAuth authorization (HTTP 401) and hostpipe has no usable credentials for it".into(),
+                    challenge: e.auth_challenge().map(str::to_owned),
+                };
+            }
             let mut reason = format!("{handshake} failed: {}", convert::describe_init(&e));
             if probing {
                 reason.push_str(
                     " (hostpipe probed with `server/discover` before `initialize`; a server that exits on it needs `protocol = \"2025-11-25\"` in its config, `\"protocol\": \"2025-11-25\"` in an mcpServers file)",
                 );
             }
-            reason
+            Refused::Failed(reason)
         })
 }
 
@@ -154,12 +197,23 @@ fn lifecycle(slot: &Slot) -> ClientLifecycleMode {
 pub(super) async fn finish(
     slot: &Arc<Slot>,
     options: &HostOptions,
-    established: Result<Session, String>,
+    established: Result<Session, Refused>,
 ) {
     let name = &slot.config.name;
     let session = match established {
         Ok(session) => session,
-        Err(reason) => {
+        Err(Refused::NeedsLogin { reason, challenge }) => {
+            tracing::warn!(server = %name, %reason, "MCP server needs an OAuth login: run `hostpipe login {name}`, or log in on the admin page");
+            if challenge.is_some() {
+                *slot
+                    .challenge
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = challenge;
+            }
+            slot.write().status = Some(ServerStatus::NeedsLogin { reason });
+            return;
+        }
+        Err(Refused::Failed(reason)) => {
             tracing::info!(server = %name, %reason, stderr = ?slot.stderr_tail(), "MCP server failed to connect");
             slot.stop_child().await;
             slot.write().status = Some(ServerStatus::Failed { reason });
