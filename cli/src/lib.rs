@@ -43,6 +43,22 @@ pub struct App {
     pub pipelines: BTreeMap<String, Pipeline>,
     /// The attachment store, once [`App::open_store`] opened one.
     pub store: Option<Arc<dyn AttachmentStore>>,
+    /// The SQL store's credential rows, when [`App::open_store`] opened one.
+    credential_rows: Option<(Arc<dyn hostpipe_engine::SealedRows>, String)>,
+    /// Where OAuth credentials are kept, once [`App::open_vault`] ran.
+    pub vault: VaultUse,
+}
+
+/// Where the MCP servers' OAuth credentials are kept ([`App::open_vault`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum VaultUse {
+    /// No server uses OAuth (or [`App::open_vault`] did not run): nothing to keep.
+    #[default]
+    NotNeeded,
+    /// In memory only: lost when the process ends; the reason (no key, no store).
+    MemoryOnly(String),
+    /// Sealed with `HOSTPIPE_CREDENTIAL_KEY` in the store described.
+    Persistent(String),
 }
 
 impl App {
@@ -97,6 +113,8 @@ impl App {
             host,
             pipelines,
             store: None,
+            credential_rows: None,
+            vault: VaultUse::NotNeeded,
         })
     }
 
@@ -142,7 +160,14 @@ impl App {
         let store: Arc<dyn AttachmentStore> = match url.as_str() {
             "none" => return Ok(None),
             "memory" => Arc::new(MemoryStore::new()),
-            url => Arc::new(hostpipe_store::SqlStore::open(url).await?),
+            url => {
+                let sql = Arc::new(hostpipe_store::SqlStore::open(url).await?);
+                self.credential_rows = Some((
+                    Arc::clone(&sql) as Arc<dyn hostpipe_engine::SealedRows>,
+                    sql.describe(),
+                ));
+                sql
+            }
         };
         self.pipelines = std::mem::take(&mut self.pipelines)
             .into_iter()
@@ -150,6 +175,79 @@ impl App {
             .collect();
         self.store = Some(Arc::clone(&store));
         Ok(Some(store))
+    }
+
+    /// Whether any enabled server may use OAuth (an HTTP server without static
+    /// authorization).
+    pub fn uses_oauth(&self) -> bool {
+        self.config.servers.iter().any(|s| {
+            !s.disabled
+                && matches!(
+                    &s.transport,
+                    hostpipe_mcp::TransportConfig::StreamableHttp { auth, .. }
+                        if *auth != hostpipe_mcp::auth_config::AuthConfig::None
+                )
+        })
+    }
+
+    /// Gives the MCP host where to keep OAuth credentials (call before connecting):
+    /// sealed with the key in `HOSTPIPE_CREDENTIAL_KEY` (base64 of 32 bytes) in the store
+    /// at [`App::store_url`] (the one [`App::open_store`] opened, or opened here for
+    /// it), else in memory only, with a warning. Nothing when no server uses OAuth.
+    ///
+    /// # Errors
+    /// A key that is not base64 of 32 bytes.
+    pub async fn open_vault(&mut self, url: Option<&str>) -> anyhow::Result<&VaultUse> {
+        use hostpipe_engine::credentials::CREDENTIAL_KEY_ENV;
+        if !self.uses_oauth() {
+            self.vault = VaultUse::NotNeeded;
+            return Ok(&self.vault);
+        }
+        let key = std::env::var(CREDENTIAL_KEY_ENV)
+            .ok()
+            .filter(|k| !k.trim().is_empty());
+        let Some(key) = key else {
+            let why = format!("{CREDENTIAL_KEY_ENV} is not set");
+            tracing::warn!(
+                "{why}: OAuth credentials of MCP servers are kept in memory only and lost when hostpipe exits (docs/configuration.md, \"OAuth\")"
+            );
+            self.vault = VaultUse::MemoryOnly(why);
+            return Ok(&self.vault);
+        };
+        let key = hostpipe_engine::CredentialKey::from_base64(&key)
+            .with_context(|| format!("{CREDENTIAL_KEY_ENV}"))?;
+        let rows = match &self.credential_rows {
+            Some((rows, described)) => Some((Arc::clone(rows), described.clone())),
+            None => {
+                let url = self.store_url(url)?;
+                match url.as_str() {
+                    "none" | "memory" => None,
+                    url => match hostpipe_store::SqlStore::open(url).await {
+                        Ok(sql) => {
+                            let described = sql.describe();
+                            Some((
+                                Arc::new(sql) as Arc<dyn hostpipe_engine::SealedRows>,
+                                described,
+                            ))
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the store for OAuth credentials cannot be opened: they are kept in memory only");
+                            None
+                        }
+                    },
+                }
+            }
+        };
+        let Some((rows, described)) = rows else {
+            let why = "there is no SQL store (--store none or memory)".to_owned();
+            tracing::warn!("{why}: OAuth credentials of MCP servers are kept in memory only");
+            self.vault = VaultUse::MemoryOnly(why);
+            return Ok(&self.vault);
+        };
+        self.host
+            .set_credential_vault(Arc::new(hostpipe_engine::EncryptedVault::new(key, rows)));
+        self.vault = VaultUse::Persistent(described);
+        Ok(&self.vault)
     }
 
     /// Deletes expired pins and, when `[store] history_retention_days` is set, one batch

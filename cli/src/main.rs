@@ -119,6 +119,8 @@ async fn session(global: &GlobalArgs, command: SessionCommand) -> anyhow::Result
             }
         }
     }
+    // Every command that connects a server may need its OAuth credentials.
+    app.open_vault(global.store.as_deref()).await?;
     let app = app;
     let work = async {
         let needed = command.needed_servers(&app);

@@ -6,6 +6,7 @@
 
 mod eval;
 mod history;
+mod login;
 mod pins;
 mod run;
 mod servers;
@@ -73,6 +74,11 @@ pub(crate) enum SessionCommand {
     Attachments(pins::AttachmentsArgs),
     /// The read history: each turn's resource reads with token counts, newest first.
     History(history::HistoryArgs),
+    /// Log in to a remote MCP server with OAuth (authorization code + PKCE): prints
+    /// the authorization URL, takes the redirect on a loopback port (or pasted with
+    /// --paste), and saves the credentials, encrypted with HOSTPIPE_CREDENTIAL_KEY, in
+    /// the store; later runs reuse and refresh them.
+    Login(login::LoginArgs),
     /// Measure answer recall: run a questions file (JSON lines: question, answers,
     /// attach) through a pipeline at each budget and print recall and tokens used
     /// (docs/evaluation.md). Exit code 0 whatever the recall.
@@ -106,9 +112,11 @@ impl SessionCommand {
     /// slow does not hold up a command that does not use it.
     pub(crate) fn needed_servers(&self, app: &App) -> Option<Vec<String>> {
         match self {
-            Self::Attach(_) | Self::Detach(_) | Self::Attachments(_) | Self::History(_) => {
-                Some(Vec::new())
-            }
+            Self::Attach(_)
+            | Self::Detach(_)
+            | Self::Attachments(_)
+            | Self::History(_)
+            | Self::Login(_) => Some(Vec::new()),
             Self::Resources(servers::ResourcesArgs { server, .. })
             | Self::Prompts(servers::PromptsArgs { server, .. })
             | Self::Complete(servers::CompleteArgs { server, .. })
@@ -146,6 +154,7 @@ impl SessionCommand {
             Self::Attachments(args) => pins::attachments(app, args).await,
             Self::History(args) => history::history(app, args).await,
             Self::Eval(args) => eval::eval(app, args).await,
+            Self::Login(args) => login::login(app, args).await,
         }
     }
 }
@@ -227,6 +236,7 @@ impl StandaloneCommand {
                 let options =
                     hostpipe_cli::serve::ServeOptions::from_config(&app.config.serve, listen)?;
                 app.open_store(global.store.as_deref()).await?;
+                app.open_vault(global.store.as_deref()).await?;
                 hostpipe_cli::serve::serve(app, approver, options, interrupted).await?;
             }
             Self::Bench(BenchArgs {

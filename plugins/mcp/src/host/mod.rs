@@ -47,7 +47,7 @@ use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 use capability::Capability;
 use connect::connect;
-pub use oauth::{LoginError, PendingLogin};
+pub use oauth::{LoginError, PendingLogin, redirect_error, redirect_state};
 pub use options::HostOptions;
 use slot::{Signal, Signals, Slot, State, timed};
 use subscribe::subscribe_once;

@@ -314,6 +314,16 @@ impl PendingLogin {
     }
 }
 
+/// The `state` of an authorization redirect (RFC 6749 §4.1.2), decoded.
+pub fn redirect_state(redirect: &str) -> Option<String> {
+    url_query(redirect, "state")
+}
+
+/// The `error` of an authorization redirect that refused (RFC 6749 §4.1.2.1).
+pub fn redirect_error(redirect: &str) -> Option<String> {
+    url_query(redirect, "error")
+}
+
 /// The first `key` in `url`'s query, decoded.
 pub(crate) fn url_query(url: &str, key: &str) -> Option<String> {
     let query = url.split_once('?')?.1;
