@@ -73,6 +73,10 @@ pub struct ServeSection {
     /// On SIGTERM or Ctrl-C, how long running turns may take to finish, in
     /// milliseconds. Default 60 000.
     pub shutdown_timeout_ms: Option<u64>,
+    /// The URL browsers reach this service at (`https://hostpipe.example`), for the
+    /// OAuth redirect URI `PUBLIC_URL/oauth/callback`. Default: `http://` + the `Host`
+    /// of the login request.
+    pub public_url: Option<String>,
 }
 
 impl HostSection {

@@ -109,6 +109,21 @@ pub(crate) struct ServerHealth {
 
 // ---- servers and what they list -----------------------------------------------------
 
+/// `POST /v1/servers/{server}/login` (schema `LoginStarted`).
+#[derive(Debug, Serialize)]
+pub(crate) struct LoginStarted {
+    /// The server.
+    pub(crate) server: String,
+    /// Where a person logs in (open it in a browser).
+    pub(crate) authorization_url: String,
+    /// Where the authorization server sends the browser back (`/oauth/callback`).
+    pub(crate) redirect_uri: String,
+    /// Seconds the login waits for that redirect.
+    pub(crate) expires_in_s: u64,
+    /// Whether the credentials outlive this process (`HOSTPIPE_CREDENTIAL_KEY` set).
+    pub(crate) persistent: bool,
+}
+
 /// `GET /v1/servers`.
 #[derive(Debug, Serialize)]
 pub(crate) struct ServerList {

@@ -82,6 +82,8 @@ pub struct ServeOptions {
     pub turn_timeout: Duration,
     /// How long running turns may take to finish after SIGTERM or Ctrl-C.
     pub shutdown_timeout: Duration,
+    /// `[serve] public_url`, without a trailing `/`.
+    pub public_url: Option<String>,
 }
 
 impl ServeOptions {
@@ -119,6 +121,13 @@ impl ServeOptions {
             request_timeout: ms(section.request_timeout_ms, 30_000, "request_timeout_ms")?,
             turn_timeout: ms(section.turn_timeout_ms, 120_000, "turn_timeout_ms")?,
             shutdown_timeout: ms(section.shutdown_timeout_ms, 60_000, "shutdown_timeout_ms")?,
+            public_url: match section.public_url.as_deref() {
+                None => None,
+                Some(u) if u.starts_with("http://") || u.starts_with("https://") => {
+                    Some(u.trim_end_matches('/').to_owned())
+                }
+                Some(u) => anyhow::bail!("[serve] public_url: `{u}` is not an http:// or https:// URL"),
+            },
         })
     }
 }
@@ -138,6 +147,8 @@ pub(crate) struct ServeState {
     turns: TaskTracker,
     /// Cancelled when the shutdown timeout passes with turns still running.
     stop_turns: tokio_util::sync::CancellationToken,
+    /// OAuth logins started on `POST /v1/servers/{server}/login`, by their `state`.
+    logins: handlers::login::PendingLogins,
 }
 
 /// One event of a streamed turn (`text/event-stream`); the SSE event name is
@@ -282,6 +293,7 @@ pub(crate) fn router(state: Arc<ServeState>) -> Router {
         .route("/openapi.json", page(OPENAPI, "application/json"))
         .route("/healthz", get(handlers::health::healthz))
         .route("/readyz", get(handlers::health::readyz))
+        .route("/oauth/callback", get(handlers::login::oauth_callback))
         .fallback(router::not_found)
         .method_not_allowed_fallback(router::method_not_allowed)
         .layer(axum::middleware::from_fn(security_headers))
@@ -345,6 +357,7 @@ pub async fn serve(
         draining: AtomicBool::new(false),
         turns: TaskTracker::new(),
         stop_turns: tokio_util::sync::CancellationToken::new(),
+        logins: handlers::login::PendingLogins::default(),
     });
     let router = router(Arc::clone(&state));
     println!("hostpipe: listening on http://{addr}");

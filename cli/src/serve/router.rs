@@ -16,6 +16,7 @@ use super::handlers::pins::{
     add_conversation_pin, add_pipeline_pin, list_conversation_pins, list_pipeline_pins,
     remove_conversation_pin, remove_pipeline_pin,
 };
+use super::handlers::login::start_login;
 use super::handlers::pipelines::list_pipelines;
 use super::handlers::prompts::{get_prompt, list_prompts};
 use super::handlers::resources::{list_resource_templates, list_resources, read_resource};
@@ -41,6 +42,7 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
         .route("/v1/servers/{server}/tools", get(list_tools))
         .route("/v1/servers/{server}/resources/read", post(read_resource))
         .route("/v1/servers/{server}/completion", post(complete))
+        .route("/v1/servers/{server}/login", post(start_login))
         .route("/v1/pipelines", get(list_pipelines))
         .route(
             "/v1/pipelines/{id}/attachments",
@@ -131,7 +133,7 @@ mod tests {
             .filter(|p| p.starts_with("/v1/"))
             .collect();
         assert_eq!(routed, documented);
-        assert_eq!(routed.len(), 20);
+        assert_eq!(routed.len(), 21);
     }
 
     #[test]

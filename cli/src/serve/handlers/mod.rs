@@ -5,6 +5,7 @@ pub(crate) mod completion;
 pub(crate) mod consent;
 pub(crate) mod health;
 pub(crate) mod history;
+pub(crate) mod login;
 pub(crate) mod pins;
 pub(crate) mod pipelines;
 pub(crate) mod prompts;
