@@ -19,6 +19,7 @@ mod failures;
 mod filesystem;
 mod fuzz;
 mod live;
+mod oauth;
 mod prompts;
 mod protocol;
 mod python;

@@ -126,7 +126,9 @@ impl ServeOptions {
                 Some(u) if u.starts_with("http://") || u.starts_with("https://") => {
                     Some(u.trim_end_matches('/').to_owned())
                 }
-                Some(u) => anyhow::bail!("[serve] public_url: `{u}` is not an http:// or https:// URL"),
+                Some(u) => {
+                    anyhow::bail!("[serve] public_url: `{u}` is not an http:// or https:// URL")
+                }
             },
         })
     }

@@ -12,11 +12,11 @@ use axum::routing::{get, post};
 use super::handlers::completion::complete;
 use super::handlers::consent::{answer_consent_request, list_consent_requests};
 use super::handlers::history::{history, tool_call_history};
+use super::handlers::login::start_login;
 use super::handlers::pins::{
     add_conversation_pin, add_pipeline_pin, list_conversation_pins, list_pipeline_pins,
     remove_conversation_pin, remove_pipeline_pin,
 };
-use super::handlers::login::start_login;
 use super::handlers::pipelines::list_pipelines;
 use super::handlers::prompts::{get_prompt, list_prompts};
 use super::handlers::resources::{list_resource_templates, list_resources, read_resource};

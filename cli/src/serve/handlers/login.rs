@@ -85,7 +85,9 @@ pub(crate) async fn start_login(
         .start_login(&server, &redirect)
         .await
         .map_err(|e| match &e {
-            LoginError::NotOAuth { .. } => ApiError::new(StatusCode::CONFLICT, "not_oauth", e.to_string()),
+            LoginError::NotOAuth { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "not_oauth", e.to_string())
+            }
             LoginError::UnknownServer(_) => ApiError::not_found("unknown_server", e.to_string()),
             _ => ApiError::new(StatusCode::BAD_GATEWAY, "login_failed", e.to_string()),
         })?;
@@ -115,7 +117,12 @@ fn page(status: StatusCode, title: &str, text: &str) -> Response {
         t = escape(title),
         x = escape(text)
     );
-    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        body,
+    )
+        .into_response()
 }
 
 fn escape(s: &str) -> String {
@@ -155,13 +162,19 @@ pub(crate) async fn oauth_callback(State(state): St, RawQuery(query): RawQuery) 
     let name = server.clone();
     tokio::spawn(async move {
         match reconnecting.app.host.reconnect(&name).await {
-            Ok(status) => tracing::info!(server = %name, status = %status.describe(), "reconnected after the login"),
-            Err(e) => tracing::warn!(server = %name, error = %e, "reconnect after the login failed"),
+            Ok(status) => {
+                tracing::info!(server = %name, status = %status.describe(), "reconnected after the login")
+            }
+            Err(e) => {
+                tracing::warn!(server = %name, error = %e, "reconnect after the login failed")
+            }
         }
     });
     page(
         StatusCode::OK,
         "Logged in",
-        &format!("hostpipe is logged in to `{server}` and connects to it now. You can close this tab."),
+        &format!(
+            "hostpipe is logged in to `{server}` and connects to it now. You can close this tab."
+        ),
     )
 }
