@@ -61,8 +61,31 @@ async function loadServers() {
     const state = s.status.state;
     const why = s.status.reason ? `: ${s.status.reason}` : "";
     const button = el("button", { "data-server": s.name, onclick: () => guarded(() => browse(s.name)) }, s.name);
-    ul.append(el("li", {}, button, el("span", { class: `status ${state}`, title: why }, state + why)));
+    const li = el("li", {}, button, el("span", { class: `status ${state}`, title: why }, state + why));
+    if (state === "needs_login") {
+      li.append(" ", el("button", { "data-login": s.name, onclick: () => guarded(() => logIn(s.name, li)) }, "log in"));
+    }
+    ul.append(li);
   }
+}
+
+// An OAuth login (POST /v1/servers/{server}/login): the authorization server's page
+// opens in a new tab (with a link, in case pop-ups are blocked); its redirect comes
+// back to /oauth/callback, and the server list is reloaded until the server connects.
+async function logIn(server, li) {
+  const started = await api("POST", `/v1/servers/${encodeURIComponent(server)}/login`);
+  const link = el("a", { href: started.authorization_url, target: "_blank", rel: "noopener noreferrer" }, "open the login page");
+  const note = started.persistent ? "" : " (HOSTPIPE_CREDENTIAL_KEY is not set: the login lasts until hostpipe restarts)";
+  li.append(el("span", { class: "muted", "data-login-link": server }, " ", link, note));
+  window.open(started.authorization_url, "_blank", "noopener,noreferrer");
+  const until = Date.now() + started.expires_in_s * 1000;
+  const poll = async () => {
+    const { servers } = await api("GET", "/v1/servers");
+    const s = servers.find((x) => x.name === server);
+    if (s && s.status.state !== "needs_login") return loadServers();
+    if (Date.now() < until) setTimeout(() => guarded(poll), 3000);
+  };
+  setTimeout(() => guarded(poll), 3000);
 }
 
 async function browse(server) {

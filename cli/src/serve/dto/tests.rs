@@ -257,10 +257,30 @@ fn samples() -> Vec<(&'static str, &'static str, &'static str, Value)> {
             value(&Ready {
                 status: ReadyStatus::Ready,
                 store: StoreHealth::from(Ok("memory".to_owned())),
-                servers: vec![ServerHealth {
-                    name: "demo".into(),
-                    status: ServerStatus::Connected,
-                }],
+                servers: vec![
+                    ServerHealth {
+                        name: "demo".into(),
+                        status: ServerStatus::Connected,
+                    },
+                    ServerHealth {
+                        name: "remote".into(),
+                        status: ServerStatus::NeedsLogin {
+                            reason: "HTTP 401".into(),
+                        },
+                    },
+                ],
+            }),
+        ),
+        (
+            "/v1/servers/{server}/login",
+            "post",
+            "200",
+            value(&LoginStarted {
+                server: "remote".into(),
+                authorization_url: "https://as.example/authorize?state=s".into(),
+                redirect_uri: "http://127.0.0.1:8787/oauth/callback".into(),
+                expires_in_s: 600,
+                persistent: true,
             }),
         ),
         (
