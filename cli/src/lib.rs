@@ -214,8 +214,7 @@ impl App {
             self.vault = VaultUse::MemoryOnly(why);
             return Ok(&self.vault);
         };
-        let key = hostpipe_engine::CredentialKey::from_base64(&key)
-            .with_context(|| format!("{CREDENTIAL_KEY_ENV}"))?;
+        let key = hostpipe_engine::CredentialKey::from_base64(&key).context(CREDENTIAL_KEY_ENV)?;
         let rows = match &self.credential_rows {
             Some((rows, described)) => Some((Arc::clone(rows), described.clone())),
             None => {

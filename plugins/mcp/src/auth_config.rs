@@ -216,16 +216,14 @@ pub fn validate(
                     "client_credentials needs the environment variable holding the client secret",
                 )
             })?;
-            for key in [
+            let interactive_only = [
                 ("client_metadata_url", raw.client_metadata_url.is_some()),
                 ("redirect_uri", raw.redirect_uri.is_some()),
                 ("client_name", raw.client_name.is_some()),
-            ]
-            .iter()
-            .filter(|(_, given)| *given)
-            {
+            ];
+            if let Some((key, _)) = interactive_only.iter().find(|(_, given)| *given) {
                 return Err(ConfigError::new(
-                    format!("auth.{}", key.0),
+                    format!("auth.{key}"),
                     "is for `\"type\": \"oauth\"`; client_credentials has no login",
                 ));
             }
