@@ -402,16 +402,27 @@ async fn serve_logs_in_through_its_callback_route() {
     std::fs::write(
         &config,
         format!(
-            "{}\n[mcp_servers.demo]\ncommand = {:?}\nargs = [\"demo-server\"]\n\n[mcp_servers.secure]\nurl = {:?}\n",
+            "{}\n[mcp_servers.demo]\ncommand = {:?}\nargs = [\"demo-server\"]\n\n[mcp_servers.secure]\nurl = {:?}\n\n[mcp_servers.bot]\nurl = {:?}\nauth = {{ type = \"client_credentials\", client_id = \"bot\", client_secret_env = \"BOT_SECRET\" }}\n",
             hostpipe_cli::config::EMBEDDED_TOML,
             hostpipe_tests::hostpipe_bin(),
+            server.url("/mcp"),
             server.url("/mcp")
         ),
     )
     .unwrap();
     let store = format!("sqlite:{}", dir.path().join("serve.db").display());
-    let service =
-        Service::start_with_env(&config, &store, &[], &[("HOSTPIPE_CREDENTIAL_KEY", KEY)]).await;
+    // Tokens of 3 s: the service must renew them while it runs.
+    server.post("/test/ttl?seconds=3");
+    let service = Service::start_with_env(
+        &config,
+        &store,
+        &[],
+        &[
+            ("HOSTPIPE_CREDENTIAL_KEY", KEY),
+            ("BOT_SECRET", "bot-secret-123"),
+        ],
+    )
+    .await;
     let http = ::reqwest::Client::builder()
         .redirect(::reqwest::redirect::Policy::none())
         .build()
@@ -492,6 +503,28 @@ async fn serve_logs_in_through_its_callback_route() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(connected, "{}", service.log_text());
+    // Later than the first tokens' lifetime, both servers still answer: the login's token
+    // was refreshed, the client credentials token granted anew before it expired.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for name in ["secure", "bot"] {
+        let read = http
+            .post(service.url(&format!("/v1/servers/{name}/resources/read")))
+            .bearer_auth(READ_TOKEN)
+            .json(&serde_json::json!({"uri": "oauth://secret"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(read.status(), 200, "{name}: {}", service.log_text());
+        assert!(read.text().await.unwrap().contains("4711"));
+    }
+    let granted = server.tokens("client_credentials");
+    assert!(granted.len() >= 2, "{:?}", server.events());
+    let rejected = server.tokens("rejected");
+    assert!(
+        !granted.iter().any(|t| rejected.contains(t)),
+        "an expired client credentials token was sent: {:?}",
+        server.events()
+    );
     let token = server.tokens("issued").pop().unwrap();
     let log = service.log_text();
     assert!(!log.contains(&token), "the token is in the service's log");

@@ -205,6 +205,17 @@ async fn restore_client_secret(
     Ok(())
 }
 
+/// The client credentials request of `cc` for the server at `url`.
+fn client_credentials_config(url: &str, cc: &ClientCredentials) -> ClientCredentialsConfig {
+    ClientCredentialsConfig::ClientSecret {
+        client_id: cc.client_id.clone(),
+        client_secret: cc.client_secret.expose().to_owned(),
+        scopes: cc.scopes.clone(),
+        // RFC 8707: the server's canonical URI.
+        resource: Some(url.to_owned()),
+    }
+}
+
 /// The client credentials grant: discovery, then a token (saved in the vault).
 async fn client_credentials(
     manager: &mut AuthorizationManager,
@@ -213,17 +224,72 @@ async fn client_credentials(
 ) -> Result<(), AuthError> {
     let resolution = manager.resolve_metadata().await?;
     manager.set_metadata(resolution.metadata);
-    let config = ClientCredentialsConfig::ClientSecret {
-        client_id: cc.client_id.clone(),
-        client_secret: cc.client_secret.expose().to_owned(),
-        scopes: cc.scopes.clone(),
-        // RFC 8707: the server's canonical URI.
-        resource: Some(url.to_owned()),
-    };
+    let config = client_credentials_config(url, cc);
     manager.validate_client_credentials_metadata(&config)?;
     manager.configure_client_credentials(&config)?;
     manager.exchange_client_credentials(&config).await?;
     Ok(())
+}
+
+/// When the current client credentials token should be replaced: at three quarters of
+/// its lifetime (RFC 6749 §4.4.3 issues no refresh token for this grant, so rmcp cannot
+/// refresh it), `None` when the server gave no `expires_in`.
+async fn renew_after(manager: &AuthorizationManager) -> Option<Duration> {
+    let (_, token) = manager.get_credentials().await.ok()?;
+    let seconds = serde_json::to_value(token?)
+        .ok()?
+        .get("expires_in")?
+        .as_u64()?;
+    Some(Duration::from_secs(seconds.saturating_mul(3) / 4).max(Duration::from_secs(1)))
+}
+
+/// Keeps a client credentials connection's token fresh: a new grant at three quarters
+/// of each token's lifetime, for as long as the connection's `AuthClient` lives (the task
+/// holds only a weak reference). A failed grant is retried after 5 s; the server's 401
+/// on an expired token would otherwise end the session and its reconnect would run the
+/// grant.
+pub(crate) fn keep_renewing(
+    server: &str,
+    url: &str,
+    cc: &ClientCredentials,
+    manager: &Arc<tokio::sync::Mutex<AuthorizationManager>>,
+) {
+    let weak = Arc::downgrade(manager);
+    let config = client_credentials_config(url, cc);
+    let server = server.to_owned();
+    tokio::spawn(async move {
+        loop {
+            let wait = {
+                let Some(manager) = weak.upgrade() else {
+                    return;
+                };
+                let manager = manager.lock().await;
+                renew_after(&manager).await
+            };
+            let Some(wait) = wait else { return };
+            tokio::time::sleep(wait).await;
+            let Some(manager) = weak.upgrade() else {
+                return;
+            };
+            let manager = manager.lock().await;
+            let renewed = tokio::time::timeout(
+                OAUTH_STEP_TIMEOUT,
+                manager.exchange_client_credentials(&config),
+            )
+            .await;
+            match renewed {
+                Ok(Ok(_)) => tracing::debug!(%server, "client credentials token renewed"),
+                Ok(Err(e)) => {
+                    tracing::warn!(%server, error = %e, "renewing the client credentials token failed");
+                    drop(manager);
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+                Err(_) => {
+                    tracing::warn!(%server, "renewing the client credentials token timed out")
+                }
+            }
+        }
+    });
 }
 
 /// Why a login could not start or finish.

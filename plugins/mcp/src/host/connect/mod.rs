@@ -108,6 +108,9 @@ async fn establish(
                     oauth::Prepare::Failed(reason) => Refused::Failed(reason),
                 })?;
             let http = AuthClient::new(http::client()?, manager);
+            if let AuthConfig::ClientCredentials(cc) = auth {
+                oauth::keep_renewing(&slot.config.name, url, cc, &http.auth_manager);
+            }
             let transport = StreamableHttpClientTransport::with_client(http, config);
             serve(client, transport, slot, cache, conn).await
         }
