@@ -428,6 +428,9 @@ async fn postgres_passes_the_store_checks_and_two_workers_share_pins_and_history
     let store = hostpipe_store::SqlStore::open(&checks).await.unwrap();
     assert_eq!(store.backend(), hostpipe_store::Backend::Postgres);
     check_store(&store).await.unwrap();
+    hostpipe_engine::testkit::check_sealed_rows(&store)
+        .await
+        .unwrap();
     store.close().await;
 
     // Two workers on one database: the first pins, the second runs the turn.
