@@ -262,3 +262,50 @@ async fn a_2026_07_28_only_server_works_over_streamable_http() {
     eprintln!("pinned 2025-11-25: {reason}");
     host.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_rmcp_server_that_speaks_only_2026_07_28_is_reached_in_auto_and_refuses_a_pin() {
+    let modern_only = || {
+        let mut config = demo("modern");
+        config.transport = match config.transport {
+            hostpipe_mcp::TransportConfig::Stdio {
+                command,
+                mut args,
+                env,
+                inherit_env,
+                cwd,
+            } => {
+                args.extend(["--protocol".to_owned(), "2026-07-28".to_owned()]);
+                hostpipe_mcp::TransportConfig::Stdio {
+                    command,
+                    args,
+                    env,
+                    inherit_env,
+                    cwd,
+                }
+            }
+            other => other,
+        };
+        config
+    };
+    let host = connect(vec![modern_only()]).await;
+    assert_eq!(version(&host, "modern").as_deref(), Some("2026-07-28"));
+    let read = host
+        .read_resource("modern", "demo://docs/handbook.md")
+        .await
+        .unwrap();
+    assert_eq!(read.contents.len(), 1);
+    let tools = host.list_tools("modern").await.unwrap();
+    assert!(!tools.is_empty());
+    let prompts = host.list_prompts("modern").await.unwrap();
+    assert!(!prompts.is_empty());
+    host.shutdown().await;
+
+    let host = connect(vec![pinned(modern_only(), ProtocolMode::Legacy)]).await;
+    let status = host.servers()[0].status.clone();
+    let ServerStatus::Failed { reason } = &status else {
+        panic!("`initialize` is refused: {status:?}");
+    };
+    assert!(reason.contains("`initialize`"), "{reason}");
+    host.shutdown().await;
+}
