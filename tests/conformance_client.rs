@@ -10,12 +10,25 @@
 //! hostpipe's logs too, filtered by `HOSTPIPE_LOG` (default `warn`: rmcp's warnings,
 //! e.g. about a server's odd answer, are worth seeing here).
 //!
-//! Scenarios:
-//! - `initialize`: connect (`initialize`, `notifications/initialized`) and exit;
-//! - `tools_call`: connect (which lists the tools), call `add_numbers` with
-//!   `{"a": 5, "b": 3}` and check the text `The sum of 5 and 3 is 8`;
+//! Scenarios (the suite's `list`; each revision's are run with `--spec-version`, which
+//! sets `MCP_CONFORMANCE_PROTOCOL_VERSION`):
+//! - `initialize`, `json-schema-ref-no-deref`: connect (which lists tools, resources and
+//!   prompts) and exit; the second checks that listing never fetches a network `$ref`;
+//! - `tools_call`: connect, call `add_numbers` with `{"a": 5, "b": 3}` and check the
+//!   text `The sum of 5 and 3 is 8`;
 //! - `sse-retry`: connect, call `test_reconnection`, whose response stream the server
-//!   closes before the result; the result must arrive on the resumed stream.
+//!   closes before the result; the result must arrive on the resumed stream;
+//! - `json-schema-2020-12-preservation`: call `json_schema_echo` with the input schema
+//!   hostpipe listed for `json_schema_2020_12_tool`, which the suite diffs against its
+//!   own (SEP-1613, SEP-2106);
+//! - `request-metadata`, `http-standard-headers`, `http-custom-headers`,
+//!   `http-invalid-tool-headers`: call the tools the suite's context names
+//!   (`MCP_CONFORMANCE_CONTEXT`, `toolCalls`), or else every listed tool with arguments
+//!   built from its schema's required properties, then read the first listed resource
+//!   and get the first listed prompt; the suite checks what went on the wire (`_meta`,
+//!   `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`; SEP-2575,
+//!   SEP-2243), and that the tools with invalid `x-mcp-header` annotations were never
+//!   listed, so never called.
 //!
 //! Every network step is bounded: the connect and each request by [`TIMEOUT`], the
 //! shutdown by [`SHUTDOWN_TIMEOUT`].
@@ -98,10 +111,47 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(host: &McpHost, scenario: &str) -> anyhow::Result<()> {
-    if !matches!(scenario, "initialize" | "tools_call" | "sse-retry") {
-        bail!("unknown scenario (known: initialize, tools_call, sse-retry)");
+/// What the suite passes in `MCP_CONFORMANCE_CONTEXT` (JSON) for the scenarios used here.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Context {
+    /// The tool calls the scenario wants, in order.
+    #[serde(default)]
+    tool_calls: Vec<ToolCall>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ToolCall {
+    name: String,
+    #[serde(default)]
+    arguments: serde_json::Map<String, serde_json::Value>,
+}
+
+fn context() -> anyhow::Result<Context> {
+    match std::env::var("MCP_CONFORMANCE_CONTEXT") {
+        Ok(json) => {
+            serde_json::from_str(&json).context("MCP_CONFORMANCE_CONTEXT is not the expected JSON")
+        }
+        Err(_) => Ok(Context::default()),
     }
+}
+
+async fn run(host: &McpHost, scenario: &str) -> anyhow::Result<()> {
+    const KNOWN: &[&str] = &[
+        "initialize",
+        "json-schema-ref-no-deref",
+        "tools_call",
+        "sse-retry",
+        "json-schema-2020-12-preservation",
+        "request-metadata",
+        "http-standard-headers",
+        "http-custom-headers",
+        "http-invalid-tool-headers",
+    ];
+    if !KNOWN.contains(&scenario) {
+        bail!("unknown scenario (known: {})", KNOWN.join(", "));
+    }
+    let context = context()?;
     connect(host).await?;
     match scenario {
         "tools_call" => {
@@ -121,8 +171,112 @@ async fn run(host: &McpHost, scenario: &str) -> anyhow::Result<()> {
                 started.elapsed().as_millis()
             );
         }
+        "json-schema-2020-12-preservation" => {
+            let tools = host.list_tools(SERVER).await?;
+            let focal = tools
+                .iter()
+                .find(|t| t.name == "json_schema_2020_12_tool")
+                .context("`json_schema_2020_12_tool` is not listed")?;
+            let schema = focal.input_schema.clone();
+            call(
+                host,
+                "json_schema_echo",
+                serde_json::json!({ "schema": schema }),
+            )
+            .await?;
+        }
+        "request-metadata"
+        | "http-standard-headers"
+        | "http-custom-headers"
+        | "http-invalid-tool-headers" => exercise(host, &context).await?,
         _ => {}
     }
+    Ok(())
+}
+
+/// Calls the context's tools (or every listed tool), reads the first listed resource
+/// and gets the first listed prompt, so that each kind of request goes on the wire.
+async fn exercise(host: &McpHost, context: &Context) -> anyhow::Result<()> {
+    if context.tool_calls.is_empty() {
+        for tool in host.list_tools(SERVER).await?.iter() {
+            let arguments = required_arguments(&tool.input_schema);
+            call_result(host, &tool.name, arguments).await?;
+        }
+    } else {
+        for c in &context.tool_calls {
+            call_result(host, &c.name, c.arguments.clone()).await?;
+        }
+    }
+    if let Some(resource) = host.list_resources(SERVER).await?.first() {
+        let read = host.read_resource(SERVER, &resource.uri).await?;
+        eprintln!(
+            "conformance-client: read {} ({} contents)",
+            resource.uri,
+            read.contents.len()
+        );
+    }
+    if let Some(prompt) = host.list_prompts(SERVER).await?.first() {
+        let arguments = prompt
+            .arguments
+            .iter()
+            .filter(|a| a.required)
+            .map(|a| (a.name.clone(), "test".to_owned()))
+            .collect();
+        let got = host.get_prompt(SERVER, &prompt.name, &arguments).await?;
+        eprintln!(
+            "conformance-client: got prompt {} ({} messages)",
+            prompt.name,
+            got.messages.len()
+        );
+    }
+    Ok(())
+}
+
+/// Arguments for a tool with only its schema to go by: each required property gets a
+/// value of its type (the rust-sdk conformance client's rule).
+fn required_arguments(schema: &serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(properties) = schema["properties"].as_object() else {
+        return serde_json::Map::new();
+    };
+    properties
+        .iter()
+        .filter(|(name, _)| required.contains(&name.as_str()))
+        .map(|(name, property)| {
+            let value = match property["type"].as_str() {
+                Some("number") => serde_json::json!(1.0),
+                Some("integer") => serde_json::json!(1),
+                Some("boolean") => serde_json::json!(true),
+                Some("string") => serde_json::json!("test"),
+                _ => serde_json::Value::Null,
+            };
+            (name.clone(), value)
+        })
+        .collect()
+}
+
+/// Calls `tool` and reports the outcome; an error result is fine here (the suite
+/// looks at the request, not the answer), a failed request is not.
+async fn call_result(
+    host: &McpHost,
+    tool: &str,
+    arguments: serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let result = host
+        .call_tool(SERVER, tool, Some(arguments))
+        .await
+        .with_context(|| format!("calling `{tool}`"))?;
+    eprintln!(
+        "conformance-client: {tool} answered{}",
+        if result.is_error {
+            " with an error result"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }
 

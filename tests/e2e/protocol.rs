@@ -1,7 +1,10 @@
 //! Protocol eras (MCP 2026-07-28 beside 2025-11-25): `auto` speaks 2026-07-28 to a
 //! server that does (hostpipe's rmcp demo, servers on the Python SDK 2.x) and falls back
 //! to `initialize` for one that does not (server-everything); `protocol` pins an era;
-//! a server that exits on the probe is told how to pin it.
+//! a server that exits on the probe is told how to pin it; a server that speaks only
+//! 2026-07-28 (`tests/servers/modern_only_server.py`, on the Python SDK 2.x) is used
+//! fully over stdio and streamable HTTP: lists, reads, templates, prompts, tools, and
+//! updates through `subscriptions/listen`.
 
 use std::time::Duration;
 
@@ -123,5 +126,186 @@ async fn a_2026_07_28_server_restarted_is_reconnected_and_listened_to_again() {
     .await;
     let notes = host.list_resources("live").await.unwrap();
     assert!(notes.iter().any(|r| r.uri == "live://note/after"));
+    host.shutdown().await;
+}
+
+/// `tests/servers/modern_only_server.py` over streamable HTTP on a free loopback port;
+/// killed when dropped.
+struct ModernOnlyHttp {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+impl ModernOnlyHttp {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let root = hostpipe_tests::root();
+        let child = tokio::process::Command::new(root.join("tests/.venv/bin/python"))
+            .arg(root.join("tests/servers/modern_only_server.py"))
+            .args(["--http", &port.to_string()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        eventually("the server to listen", Duration::from_secs(30), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })
+        .await;
+        Self {
+            _child: child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+/// Everything hostpipe does with a server, against one that speaks only 2026-07-28:
+/// lists, a read, a template, a prompt, a tool, and an update that reaches the cached
+/// copy through `subscriptions/listen`.
+async fn works_with_a_modern_only_server(config: hostpipe_mcp::ServerConfig) {
+    let host = connect(vec![config]).await;
+    let info = host.servers().remove(0);
+    assert!(info.status.is_connected(), "{:?}", info.status);
+    assert_eq!(info.protocol_version.as_deref(), Some("2026-07-28"));
+    let text = |read: hostpipe_core::ResourceRead| match &read.contents[0] {
+        hostpipe_core::ResourceContents::Text { text, .. } => text.clone(),
+        other => panic!("expected text, got {other:?}"),
+    };
+    let resources = host.list_resources("modern").await.unwrap();
+    assert!(resources.iter().any(|r| r.uri == "modern://counter"));
+    let templates = host.list_resource_templates("modern").await.unwrap();
+    assert!(
+        templates
+            .iter()
+            .any(|t| t.uri_template == "modern://echo/{word}"),
+        "{templates:?}"
+    );
+    let echo = host
+        .read_resource("modern", "modern://echo/hi")
+        .await
+        .unwrap();
+    assert_eq!(text(echo), "echo hi");
+    let prompts = host.list_prompts("modern").await.unwrap();
+    assert!(prompts.iter().any(|p| p.name == "greet"));
+    let mut args = std::collections::BTreeMap::new();
+    args.insert("name".to_owned(), "Ada".to_owned());
+    let greeting = host.get_prompt("modern", "greet", &args).await.unwrap();
+    assert_eq!(greeting.messages.len(), 1);
+
+    // The counter is read, kept (ttlMs one minute), bumped: the update comes on the
+    // listen stream, drops the copy, and the next read is fresh.
+    assert_eq!(
+        text(
+            host.read_resource("modern", "modern://counter")
+                .await
+                .unwrap()
+        ),
+        "count 0"
+    );
+    let again = host
+        .read_resource("modern", "modern://counter")
+        .await
+        .unwrap();
+    assert!(again.cache_hit, "a minute's ttlMs keeps the read");
+    let tools = host.list_tools("modern").await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "bump"));
+    host.call_tool("modern", "bump", None).await.unwrap();
+    let mut last = String::new();
+    for _ in 0..50 {
+        last = text(
+            host.read_resource("modern", "modern://counter")
+                .await
+                .unwrap(),
+        );
+        if last == "count 1" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(last, "count 1", "the update invalidated the cached copy");
+    let counts = host.request_counts("modern").unwrap();
+    assert!(counts.contains_key("subscriptions/listen"), "{counts:?}");
+    assert_eq!(counts.get("resources/subscribe"), None, "{counts:?}");
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_2026_07_28_only_server_works_over_stdio() {
+    works_with_a_modern_only_server(python("modern", "modern_only_server.py")).await;
+    // Pinned to 2025-11-25, it cannot be reached, and the error says what it answered.
+    let host = connect(vec![pinned(
+        python("modern", "modern_only_server.py"),
+        ProtocolMode::Legacy,
+    )])
+    .await;
+    let status = host.servers()[0].status.clone();
+    assert!(matches!(status, ServerStatus::Failed { .. }), "{status:?}");
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_2026_07_28_only_server_works_over_streamable_http() {
+    let server = ModernOnlyHttp::start().await;
+    works_with_a_modern_only_server(hostpipe_mcp::ServerConfig::http("modern", &server.url)).await;
+    let host = connect(vec![pinned(
+        hostpipe_mcp::ServerConfig::http("modern", &server.url),
+        ProtocolMode::Legacy,
+    )])
+    .await;
+    let status = host.servers()[0].status.clone();
+    let ServerStatus::Failed { reason } = &status else {
+        panic!("a 2025-11-25 pin cannot reach it: {status:?}");
+    };
+    eprintln!("pinned 2025-11-25: {reason}");
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_rmcp_server_that_speaks_only_2026_07_28_is_reached_in_auto_and_refuses_a_pin() {
+    let modern_only = || {
+        let mut config = demo("modern");
+        config.transport = match config.transport {
+            hostpipe_mcp::TransportConfig::Stdio {
+                command,
+                mut args,
+                env,
+                inherit_env,
+                cwd,
+            } => {
+                args.extend(["--protocol".to_owned(), "2026-07-28".to_owned()]);
+                hostpipe_mcp::TransportConfig::Stdio {
+                    command,
+                    args,
+                    env,
+                    inherit_env,
+                    cwd,
+                }
+            }
+            other => other,
+        };
+        config
+    };
+    let host = connect(vec![modern_only()]).await;
+    assert_eq!(version(&host, "modern").as_deref(), Some("2026-07-28"));
+    let read = host
+        .read_resource("modern", "demo://docs/handbook.md")
+        .await
+        .unwrap();
+    assert_eq!(read.contents.len(), 1);
+    let tools = host.list_tools("modern").await.unwrap();
+    assert!(!tools.is_empty());
+    let prompts = host.list_prompts("modern").await.unwrap();
+    assert!(!prompts.is_empty());
+    host.shutdown().await;
+
+    let host = connect(vec![pinned(modern_only(), ProtocolMode::Legacy)]).await;
+    let status = host.servers()[0].status.clone();
+    let ServerStatus::Failed { reason } = &status else {
+        panic!("`initialize` is refused: {status:?}");
+    };
+    assert!(reason.contains("`initialize`"), "{reason}");
     host.shutdown().await;
 }

@@ -173,7 +173,17 @@ pub(crate) enum StandaloneCommand {
     /// `[serve] admin_tokens` / `read_tokens`.
     Serve(ServeArgs),
     /// Serve the embedded demo MCP server on stdio.
-    DemoServer,
+    DemoServer(DemoServerArgs),
+}
+
+// The arguments of `hostpipe demo-server`.
+#[derive(clap::Args)]
+pub(crate) struct DemoServerArgs {
+    /// The protocol eras to speak: `auto` (2025-11-25 through `initialize` and
+    /// 2026-07-28, as rmcp's servers do by default) or `2026-07-28` (that revision
+    /// only: `initialize` is refused, as by a server built for it alone).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "2026-07-28"])]
+    pub(crate) protocol: String,
 }
 
 // The arguments of `hostpipe bench`.
@@ -223,7 +233,15 @@ impl StandaloneCommand {
         interrupted: impl Future<Output = &'static str> + Send + 'static,
     ) -> anyhow::Result<ExitCode> {
         match self {
-            Self::DemoServer => hostpipe_cli::demo::serve_stdio().await?,
+            Self::DemoServer(DemoServerArgs { protocol }) => {
+                let server = hostpipe_cli::demo::DemoServer::new();
+                let server = if protocol == "2026-07-28" {
+                    server.modern_only()
+                } else {
+                    server
+                };
+                hostpipe_cli::demo::serve_stdio(server).await?;
+            }
             Self::Plugins => out!("{}", hostpipe_cli::registry()?.listing()),
             Self::Serve(ServeArgs { listen, .. }) => {
                 let approver = hostpipe_cli::serve::HttpApprover::new();

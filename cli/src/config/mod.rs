@@ -18,6 +18,7 @@
 //! # max_reconnect_attempts = 10     # default: never give up
 //! list_refresh_debounce_ms = 100
 //! ping_interval_ms = 30000          # streamable HTTP servers only; 0 disables
+//! min_list_ttl_ms = 1000            # 2026-07-28 lists kept at least this long; 0 = ttlMs only
 //!
 //! [store]                      # pins and read history (docs/attachments.md)
 //! url = "sqlite:/var/lib/hostpipe/hostpipe.db"  # default: hostpipe.db in the data directory

@@ -34,6 +34,9 @@ pub struct HostSection {
     pub list_refresh_debounce_ms: Option<u64>,
     /// Ping interval for streamable HTTP servers in milliseconds; 0 disables.
     pub ping_interval_ms: Option<u64>,
+    /// Shortest time a 2026-07-28 server's list is kept, in milliseconds, when its
+    /// `ttlMs` says less; 0 follows the server exactly.
+    pub min_list_ttl_ms: Option<u64>,
 }
 
 /// `[store]`: where pins and the read history live.
@@ -112,6 +115,9 @@ impl HostSection {
             ping_interval: self
                 .ping_interval_ms
                 .map_or(defaults.ping_interval, Duration::from_millis),
+            min_list_ttl: self
+                .min_list_ttl_ms
+                .map_or(defaults.min_list_ttl, Duration::from_millis),
             ..defaults
         }
     }

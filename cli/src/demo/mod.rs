@@ -20,8 +20,9 @@ use rmcp::model::{
     CompletionInfo, ContentBlock, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, Prompt, PromptArgument, PromptMessage,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, Resource,
-    ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig, Tool,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Reference, Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -70,6 +71,9 @@ const CONFIG_JSON: &str = r#"{
 pub struct DemoServer {
     logo_png: Arc<Vec<u8>>,
     sample_bin: Arc<Vec<u8>>,
+    /// Speak 2026-07-28 only: `initialize` is refused (rmcp answers it with an error
+    /// naming the supported versions), as by a server built for that revision alone.
+    modern_only: bool,
 }
 
 impl Default for DemoServer {
@@ -88,7 +92,16 @@ impl DemoServer {
                     .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
                     .collect(),
             ),
+            modern_only: false,
         }
+    }
+
+    /// The same server, speaking MCP 2026-07-28 only (`hostpipe demo-server --protocol
+    /// 2026-07-28`).
+    #[must_use]
+    pub fn modern_only(mut self) -> Self {
+        self.modern_only = true;
+        self
     }
 
     fn resources(&self) -> Vec<Resource> {
@@ -201,6 +214,14 @@ impl ServerHandler for DemoServer {
         .with_instructions(
             "Acme support documents, config and samples for hostpipe's demo pipeline.",
         )
+    }
+
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        if self.modern_only {
+            std::borrow::Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
+        } else {
+            std::borrow::Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
     }
 
     async fn list_resources(
@@ -357,8 +378,8 @@ impl ServerHandler for DemoServer {
 ///
 /// # Errors
 /// When the transport fails to start.
-pub async fn serve_stdio() -> anyhow::Result<()> {
-    let running = DemoServer::new().serve(rmcp::transport::stdio()).await?;
+pub async fn serve_stdio(server: DemoServer) -> anyhow::Result<()> {
+    let running = server.serve(rmcp::transport::stdio()).await?;
     running.waiting().await?;
     Ok(())
 }

@@ -1,53 +1,74 @@
 //! The server's lists (tools, resources, resource templates, prompts): paged by hand
-//! with a page cap, an item cap and repeated-cursor detection, and stored in the slot.
+//! with a page cap, an item cap and repeated-cursor detection, and stored in the slot
+//! with how long each stays fresh ([`ListExpiry`]).
+//!
+//! [`ListExpiry`]: super::slot::ListExpiry
 
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hostpipe_core::SourceError;
 use rmcp::ServiceError;
 use rmcp::model::PaginatedRequestParams;
 
 use super::options::HostOptions;
-use super::slot::{Slot, timed};
+use super::slot::{ListExpiry, Slot, Which, timed};
 use crate::convert;
 
-/// Which lists to fetch.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Which {
-    pub(super) tools: bool,
-    /// Resources and resource templates (one `list_changed` covers both).
-    pub(super) resources: bool,
-    pub(super) prompts: bool,
+/// The kinds of `which` whose lists are past their TTL at `now`.
+pub(super) fn expired(expiry: &ListExpiry, which: Which, now: Instant) -> Which {
+    let past = |at: Option<Instant>| at.is_some_and(|at| at <= now);
+    Which {
+        tools: which.tools && past(expiry.tools),
+        resources: which.resources && past(expiry.resources),
+        prompts: which.prompts && past(expiry.prompts),
+    }
 }
 
 impl Which {
-    /// Every list.
-    pub(super) const ALL: Self = Self {
-        tools: true,
-        resources: true,
-        prompts: true,
-    };
+    /// Whether it names no list.
+    pub(super) fn is_empty(self) -> bool {
+        !(self.tools || self.resources || self.prompts)
+    }
+
+    /// Whether it names every list `other` names.
+    pub(super) fn covers(self, other: Self) -> bool {
+        (self.tools || !other.tools)
+            && (self.resources || !other.resources)
+            && (self.prompts || !other.prompts)
+    }
 }
 
-/// Lists what `which` asks for (only the kinds the server declares) and stores it; a
-/// failed or cut listing becomes a warning and leaves the previous list in place.
+/// Lists what `which` asks for (only the kinds the server declares) and stores it with
+/// its [`ListExpiry`]; a failed or cut listing becomes a warning and leaves the previous
+/// list in place.
 pub(super) async fn refresh_lists(slot: &Slot, options: &HostOptions, which: Which) {
     let Some(peer) = slot.peer() else { return };
-    let caps = slot.read().capabilities;
+    let (caps, notifies) = {
+        let st = slot.read();
+        (st.capabilities, st.notifies)
+    };
+    let modern = slot.is_modern();
     let mut warnings = Vec::new();
-    // One paged listing, converted; a failure or a cut becomes a warning.
+    // One paged listing, converted, with its TTL; a failure or a cut becomes a warning.
     macro_rules! fetch {
         ($method:literal, $call:ident, $field:ident, $conv:path) => {{
             let p = peer.clone();
             let listed = list_paged(slot, $method, options, move |params| {
                 let p = p.clone();
-                async move { p.$call(params).await.map(|r| (r.$field, r.next_cursor)) }
+                async move {
+                    p.$call(params).await.map(|r| Page {
+                        items: r.$field,
+                        next: r.next_cursor,
+                        ttl_ms: r.ttl_ms,
+                    })
+                }
             })
             .await;
             note_listing(&mut warnings, listed)
-                .map(|v| v.into_iter().map($conv).collect::<Arc<[_]>>())
+                .map(|(v, ttl)| (v.into_iter().map($conv).collect::<Arc<[_]>>(), ttl))
         }};
     }
     let tools = if which.tools && caps.tools {
@@ -81,30 +102,85 @@ pub(super) async fn refresh_lists(slot: &Slot, options: &HostOptions, which: Whi
     for w in &warnings {
         tracing::warn!(server = %slot.config.name, warning = %w, "MCP listing problem");
     }
+    let now = Instant::now();
+    // Kept until notified, or for the TTL of the listing (a failed one keeps its expiry:
+    // the next need tries again).
+    // At least `min_list_ttl`; a TTL past what an `Instant` holds never expires.
+    let floor = u64::try_from(options.min_list_ttl.as_millis()).unwrap_or(u64::MAX);
+    let until = |notified: bool, ttl_ms: u64| {
+        if modern && !notified {
+            now.checked_add(Duration::from_millis(ttl_ms.max(floor)))
+        } else {
+            None
+        }
+    };
     let mut st = slot.write();
-    if which.tools {
-        st.tools = tools.or_else(|| st.tools.take());
+    if let Some((list, ttl)) = tools {
+        st.tools = Some(list);
+        st.expiry.tools = until(notifies.tools_list_changed, ttl);
     }
-    if which.resources {
-        st.resources = resources.or_else(|| st.resources.take());
-        st.templates = templates.or_else(|| st.templates.take());
+    match (resources, templates) {
+        (Some((list, ttl)), Some((templates, templates_ttl))) => {
+            st.resources = Some(list);
+            st.templates = Some(templates);
+            st.expiry.resources = until(notifies.resources_list_changed, ttl.min(templates_ttl));
+        }
+        (resources, templates) => {
+            // One of the two failed: keep what came, and try both again next time.
+            if let Some((list, _)) = resources {
+                st.resources = Some(list);
+            }
+            if let Some((list, _)) = templates {
+                st.templates = Some(list);
+            }
+        }
     }
-    if which.prompts {
-        st.prompts = prompts.or_else(|| st.prompts.take());
+    if let Some((list, ttl)) = prompts {
+        st.prompts = Some(list);
+        st.expiry.prompts = until(notifies.prompts_list_changed, ttl);
     }
     st.warnings = warnings;
 }
 
-/// Keeps a listing's items, moving a cut or a failure into `warnings` (a server whose
-/// list fails stays connected; the list is then empty).
+/// One page of a list result.
+pub(super) struct Page<T> {
+    pub(super) items: Vec<T>,
+    /// `nextCursor`.
+    pub(super) next: Option<String>,
+    /// `ttlMs` (2026-07-28; absent before).
+    pub(super) ttl_ms: Option<u64>,
+}
+
+impl<T> From<(Vec<T>, Option<String>)> for Page<T> {
+    fn from((items, next): (Vec<T>, Option<String>)) -> Self {
+        Self {
+            items,
+            next,
+            ttl_ms: None,
+        }
+    }
+}
+
+/// A whole listing: its items, why it was cut (if it was), and the shortest `ttlMs` of
+/// its pages in ms (a page without one counts as 0; a method the server does not have,
+/// `u64::MAX`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Listing<T> {
+    pub(super) items: Vec<T>,
+    pub(super) cut: Option<String>,
+    pub(super) ttl_ms: u64,
+}
+
+/// Keeps a listing's items and TTL, moving a cut or a failure into `warnings` (a server
+/// whose list fails stays connected; the list is then empty).
 fn note_listing<T>(
     warnings: &mut Vec<String>,
-    r: Result<(Vec<T>, Option<String>), SourceError>,
-) -> Option<Vec<T>> {
+    r: Result<Listing<T>, SourceError>,
+) -> Option<(Vec<T>, u64)> {
     match r {
-        Ok((items, cut)) => {
-            warnings.extend(cut);
-            Some(items)
+        Ok(listing) => {
+            warnings.extend(listing.cut);
+            Some((listing.items, listing.ttl_ms))
         }
         Err(e) => {
             warnings.push(e.to_string());
@@ -114,53 +190,57 @@ fn note_listing<T>(
 }
 
 /// Follows `nextCursor` to the end (MCP spec 2025-11-25, "Utilities / Pagination"),
-/// at most `max_pages` pages, stopping at a repeated cursor. Returns the items and, when
-/// the list was cut, why.
+/// at most `max_pages` pages, stopping at a repeated cursor. Returns the items, why the
+/// list was cut (when it was) and its TTL.
 async fn list_paged<T, F, Fut>(
     slot: &Slot,
     method: &'static str,
     options: &HostOptions,
     mut page: F,
-) -> Result<(Vec<T>, Option<String>), SourceError>
+) -> Result<Listing<T>, SourceError>
 where
     F: FnMut(Option<PaginatedRequestParams>) -> Fut,
-    Fut: Future<Output = Result<(Vec<T>, Option<String>), ServiceError>>,
+    Fut: Future<Output = Result<Page<T>, ServiceError>>,
 {
     let timeout = slot.request_timeout(options);
     let mut items = Vec::new();
+    let mut ttl_ms = u64::MAX;
     let mut seen = HashSet::new();
     let mut cursor: Option<String> = None;
+    let done = |items, cut, ttl_ms| Ok(Listing { items, cut, ttl_ms });
     for _ in 0..options.max_list_pages.max(1) {
         let params = cursor
             .clone()
             .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-        let (mut batch, next) = match timed(slot, method, timeout, page(params)).await {
+        let mut got = match timed(slot, method, timeout, page(params)).await {
             Ok(page) => page,
             // A server that declares the capability but not this list method (e.g. a
             // low-level Python SDK server without templates) simply has none.
             Err(SourceError::Protocol { code: -32601, .. }) if cursor.is_none() => {
                 tracing::debug!(server = %slot.config.name, method, "method not found; treating the list as empty");
-                return Ok((Vec::new(), None));
+                // For as long as the connection lasts.
+                return done(Vec::new(), None, u64::MAX);
             }
             Err(e) => return Err(e),
         };
-        items.append(&mut batch);
+        ttl_ms = ttl_ms.min(got.ttl_ms.unwrap_or(0));
+        items.append(&mut got.items);
         let max_items = options.max_list_items.max(1);
         if items.len() > max_items {
             items.truncate(max_items);
             let why = format!(
                 "{method}: more than {max_items} items (max_list_items); the list was cut at {max_items}"
             );
-            return Ok((items, Some(why)));
+            return done(items, Some(why), ttl_ms);
         }
-        match next {
-            None => return Ok((items, None)),
+        match got.next {
+            None => return done(items, None, ttl_ms),
             Some(next) if !seen.insert(next.clone()) => {
                 let why = format!(
                     "{method}: the server repeated cursor `{next}`; the list was cut at {} items",
                     items.len()
                 );
-                return Ok((items, Some(why)));
+                return done(items, Some(why), ttl_ms);
             }
             Some(next) => cursor = Some(next),
         }
@@ -170,7 +250,7 @@ where
         options.max_list_pages.max(1),
         items.len()
     );
-    Ok((items, Some(cut)))
+    done(items, Some(cut), ttl_ms)
 }
 
 #[cfg(test)]
@@ -182,7 +262,9 @@ mod tests {
     use super::*;
     use crate::config::ServerConfig;
 
-    type Page = Result<(Vec<u32>, Option<String>), ServiceError>;
+    type Answer = Result<Page<u32>, ServiceError>;
+    /// A page as items and next cursor.
+    type Plain = Result<(Vec<u32>, Option<String>), ServiceError>;
 
     fn slot() -> Slot {
         Slot::new(ServerConfig::stdio("s", "unused", Vec::<String>::new()))
@@ -190,14 +272,18 @@ mod tests {
 
     /// Serves `pages` in order, whatever the cursor; past the end, an empty last page.
     fn pages(
-        pages: Vec<Page>,
-    ) -> impl FnMut(Option<PaginatedRequestParams>) -> std::future::Ready<Page> {
+        pages: Vec<Plain>,
+    ) -> impl FnMut(Option<PaginatedRequestParams>) -> std::future::Ready<Answer> {
         let mut pages = pages.into_iter();
-        move |_| std::future::ready(pages.next().unwrap_or(Ok((Vec::new(), None))))
+        move |_| {
+            let page = pages.next().unwrap_or(Ok((Vec::new(), None)));
+            std::future::ready(page.map(Page::from))
+        }
     }
 
-    fn listed(r: Result<(Vec<u32>, Option<String>), SourceError>) -> (Vec<u32>, Option<String>) {
-        r.unwrap_or_else(|e| unreachable!("{e}"))
+    fn listed(r: Result<Listing<u32>, SourceError>) -> (Vec<u32>, Option<String>) {
+        let listing = r.unwrap_or_else(|e| unreachable!("{e}"));
+        (listing.items, listing.cut)
     }
 
     #[tokio::test]
@@ -211,9 +297,15 @@ mod tests {
                 .push(params.and_then(|p| p.cursor));
             n += 1;
             let next = (n < 3).then(|| format!("c{n}"));
-            std::future::ready(Ok((vec![n], next)))
+            std::future::ready(Ok(Page {
+                items: vec![n],
+                next,
+                ttl_ms: Some(1000 * u64::from(n)),
+            }))
         })
         .await;
+        // The shortest TTL of the pages holds for the whole list.
+        assert_eq!(r.as_ref().map(|l| l.ttl_ms).unwrap_or_default(), 1000);
         assert_eq!(listed(r), (vec![1, 2, 3], None));
         assert_eq!(
             *seen
@@ -295,7 +387,9 @@ mod tests {
             pages(vec![Err(method_not_found())]),
         )
         .await;
-        assert_eq!(listed(r), (Vec::new(), None));
+        let listing = r.unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!((listing.items, listing.cut), (Vec::new(), None));
+        assert_eq!(listing.ttl_ms, u64::MAX);
     }
 
     #[tokio::test]
@@ -320,7 +414,7 @@ mod tests {
             ..HostOptions::default()
         };
         let r = list_paged(&slot(), "tools/list", &options, |_| {
-            std::future::pending::<Page>()
+            std::future::pending::<Answer>()
         })
         .await;
         assert!(
@@ -331,15 +425,22 @@ mod tests {
     #[test]
     fn a_failed_or_cut_listing_becomes_a_warning() {
         let mut warnings = Vec::new();
+        let listing = |items: Vec<u32>, cut: Option<&str>| {
+            Ok(Listing {
+                items,
+                cut: cut.map(str::to_owned),
+                ttl_ms: 5,
+            })
+        };
         assert_eq!(
-            note_listing(&mut warnings, Ok((vec![1], None))),
-            Some(vec![1])
+            note_listing(&mut warnings, listing(vec![1], None)),
+            Some((vec![1], 5))
         );
         assert_eq!(
-            note_listing(&mut warnings, Ok((vec![2], Some("cut".into())))),
-            Some(vec![2])
+            note_listing(&mut warnings, listing(vec![2], Some("cut"))),
+            Some((vec![2], 5))
         );
-        let failed: Result<(Vec<u32>, Option<String>), _> = Err(SourceError::Timeout {
+        let failed: Result<Listing<u32>, _> = Err(SourceError::Timeout {
             server: "s".into(),
             operation: "tools/list".into(),
             timeout: Duration::from_secs(1),
@@ -354,7 +455,30 @@ mod tests {
     fn which_is_none_by_default_and_all_when_asked() {
         let none = Which::default();
         assert!(!none.tools && !none.resources && !none.prompts);
+        assert!(none.is_empty());
         let all = Which::ALL;
         assert!(all.tools && all.resources && all.prompts);
+        assert!(!all.is_empty());
+    }
+
+    #[test]
+    fn a_list_expires_at_its_ttl_and_never_without_one() {
+        let now = Instant::now();
+        let expiry = ListExpiry {
+            tools: Some(now),
+            resources: Some(now + Duration::from_secs(60)),
+            prompts: None,
+        };
+        let now_expired = expired(&expiry, Which::ALL, now);
+        assert!(now_expired.tools && !now_expired.resources && !now_expired.prompts);
+        let later = expired(&expiry, Which::ALL, now + Duration::from_secs(61));
+        assert!(later.tools && later.resources && !later.prompts);
+        // Only what was asked about.
+        let prompts_only = Which {
+            prompts: true,
+            ..Which::default()
+        };
+        assert!(expired(&expiry, prompts_only, now + Duration::from_secs(3600)).is_empty());
+        assert!(Which::ALL.covers(prompts_only) && !prompts_only.covers(Which::TOOLS));
     }
 }

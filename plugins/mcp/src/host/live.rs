@@ -15,9 +15,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::connect::connect;
-use super::lists::{Which, refresh_lists};
+use super::lists::refresh_lists;
 use super::options::HostOptions;
-use super::slot::{Signal, Slot};
+use super::slot::{Signal, Slot, Which};
 use crate::cache::ContentCache;
 use hostpipe_core::ServerStatus;
 

@@ -29,6 +29,7 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use hostpipe_core::{
@@ -47,9 +48,10 @@ use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 use capability::Capability;
 use connect::connect;
+use lists::refresh_lists;
 pub use oauth::{LoginError, PendingLogin, redirect_error, redirect_state};
 pub use options::HostOptions;
-use slot::{Signal, Signals, Slot, State, timed};
+use slot::{Signal, Signals, Slot, State, Which, timed};
 use subscribe::subscribe_once;
 
 /// Most `input_required` rounds a read, a prompt or a tool call may take (MCP
@@ -387,6 +389,7 @@ impl McpHost {
     async fn cached<T: ?Sized>(
         &self,
         server: &str,
+        kind: Which,
         pick: impl Fn(&State) -> Option<Arc<T>>,
         empty: impl Fn() -> Arc<T>,
     ) -> Result<Arc<T>, SourceError> {
@@ -394,6 +397,9 @@ impl McpHost {
         // Not connected: answer now, not after waiting for a refresh that cannot come.
         if slot.status().is_connected() && slot.lists.is_stale() {
             live::wait_fresh(slot, slot.request_timeout(&self.options)).await;
+        }
+        if slot.status().is_connected() {
+            self.relist_expired(slot, kind).await;
         }
         let status = slot.status();
         if !status.is_connected() {
@@ -403,6 +409,29 @@ impl McpHost {
             });
         }
         Ok(pick(&slot.read()).unwrap_or_else(empty))
+    }
+
+    /// Lists `kind` again if its `ttlMs` has run out (2026-07-28 connections, kinds the
+    /// server does not notify changes of). One listing at a time per server, and the
+    /// calls that waited for it take its result, even with a TTL of 0: it is as fresh
+    /// as a listing of their own. A failed listing keeps the list it had (spec
+    /// 2026-07-28, "Caching": stale data may be served on a fetch error).
+    async fn relist_expired(&self, slot: &Slot, kind: Which) {
+        let expired = || lists::expired(&slot.read().expiry, kind, Instant::now());
+        if expired().is_empty() {
+            return;
+        }
+        let before = slot.relisted.load(Ordering::SeqCst);
+        let mut last = slot.relisting.lock().await;
+        if slot.relisted.load(Ordering::SeqCst) != before && last.covers(kind) {
+            return;
+        }
+        let which = expired();
+        if !which.is_empty() {
+            refresh_lists(slot, &self.options, which).await;
+            *last = which;
+            slot.relisted.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -435,26 +464,41 @@ impl McpSource for McpHost {
     }
 
     async fn list_resources(&self, server: &str) -> Result<Arc<[Resource]>, SourceError> {
-        self.cached(server, |s| s.resources.clone(), || Arc::from([]))
-            .await
+        self.cached(
+            server,
+            Which::RESOURCES,
+            |s| s.resources.clone(),
+            || Arc::from([]),
+        )
+        .await
     }
 
     async fn list_resource_templates(
         &self,
         server: &str,
     ) -> Result<Arc<[ResourceTemplate]>, SourceError> {
-        self.cached(server, |s| s.templates.clone(), || Arc::from([]))
-            .await
+        self.cached(
+            server,
+            Which::RESOURCES,
+            |s| s.templates.clone(),
+            || Arc::from([]),
+        )
+        .await
     }
 
     async fn list_tools(&self, server: &str) -> Result<Arc<[Tool]>, SourceError> {
-        self.cached(server, |s| s.tools.clone(), || Arc::from([]))
+        self.cached(server, Which::TOOLS, |s| s.tools.clone(), || Arc::from([]))
             .await
     }
 
     async fn list_prompts(&self, server: &str) -> Result<Arc<[Prompt]>, SourceError> {
-        self.cached(server, |s| s.prompts.clone(), || Arc::from([]))
-            .await
+        self.cached(
+            server,
+            Which::PROMPTS,
+            |s| s.prompts.clone(),
+            || Arc::from([]),
+        )
+        .await
     }
 
     async fn read_resource(&self, server: &str, uri: &str) -> Result<ResourceRead, SourceError> {

@@ -50,6 +50,12 @@ pub struct HostOptions {
     /// How often a streamable HTTP server is pinged to notice a restart (its session,
     /// and so its subscriptions, would be gone). Zero disables. Default 30 s.
     pub ping_interval: Duration,
+    /// The shortest time a list from a 2026-07-28 server is kept when its `ttlMs` says
+    /// less (missing means 0: spec 2026-07-28, "Caching"), and the server does not
+    /// notify changes of that list. The lists one turn needs, and those of the turns
+    /// running within it, then come from one listing instead of one per need. Zero
+    /// follows the server exactly. Default 1 s.
+    pub min_list_ttl: Duration,
 }
 
 impl Default for HostOptions {
@@ -69,6 +75,7 @@ impl Default for HostOptions {
             max_reconnect_attempts: None,
             list_refresh_debounce: Duration::from_millis(100),
             ping_interval: Duration::from_secs(30),
+            min_list_ttl: Duration::from_secs(1),
         }
     }
 }
@@ -94,5 +101,6 @@ mod tests {
         assert_eq!(o.max_reconnect_attempts, None);
         assert_eq!(o.list_refresh_debounce, Duration::from_millis(100));
         assert_eq!(o.ping_interval, Duration::from_secs(30));
+        assert_eq!(o.min_list_ttl, Duration::from_secs(1));
     }
 }

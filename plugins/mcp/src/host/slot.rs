@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hostpipe_core::{
     Prompt, Resource, ResourceTemplate, ServerCapabilities, ServerStatus, SourceError, Tool,
@@ -62,7 +62,60 @@ pub(super) struct State {
     pub(super) templates: Option<Arc<[ResourceTemplate]>>,
     pub(super) tools: Option<Arc<[Tool]>>,
     pub(super) prompts: Option<Arc<[Prompt]>>,
+    /// Until when each list is fresh.
+    pub(super) expiry: ListExpiry,
     pub(super) peer: Option<Peer<RoleClient>>,
+}
+
+/// Which lists to fetch.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Which {
+    pub(super) tools: bool,
+    /// Resources and resource templates (one `list_changed` covers both).
+    pub(super) resources: bool,
+    pub(super) prompts: bool,
+}
+
+impl Which {
+    /// Every list.
+    pub(super) const ALL: Self = Self {
+        tools: true,
+        resources: true,
+        prompts: true,
+    };
+    /// The tools.
+    pub(super) const TOOLS: Self = Self {
+        tools: true,
+        resources: false,
+        prompts: false,
+    };
+    /// The resources and resource templates.
+    pub(super) const RESOURCES: Self = Self {
+        tools: false,
+        resources: true,
+        prompts: false,
+    };
+    /// The prompts.
+    pub(super) const PROMPTS: Self = Self {
+        tools: false,
+        resources: false,
+        prompts: true,
+    };
+}
+
+/// Until when each list is fresh: `None`, until a `list_changed` notification says
+/// otherwise (the only rule before 2026-07-28, and the rule for a kind the server
+/// notifies about); `Some(t)`, until `t`, from the list result's `ttlMs` (spec
+/// 2026-07-28, "Caching": missing means 0, and the TTL is checked when the list is
+/// needed, not used as a polling timer). `cacheScope` changes nothing here: every list
+/// is kept for this host's own connection to the server, never shared with another
+/// principal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct ListExpiry {
+    pub(super) tools: Option<Instant>,
+    /// Resources and resource templates.
+    pub(super) resources: Option<Instant>,
+    pub(super) prompts: Option<Instant>,
 }
 
 /// The notifications a server declared it sends (`listChanged`, `subscribe`).
@@ -180,6 +233,10 @@ pub(super) struct Slot {
     /// One `subscriptions/listen` at a time, so that the last one holds every URI
     /// marked before it started.
     pub(super) relistening: tokio::sync::Mutex<()>,
+    /// One refresh of expired lists at a time, with the kinds the last one listed, and
+    /// how many there were: the calls that need a list at once share the one listing.
+    pub(super) relisting: tokio::sync::Mutex<Which>,
+    pub(super) relisted: AtomicU64,
     /// Where the server's OAuth credentials live (the host's vault).
     vault: Mutex<Arc<dyn hostpipe_core::CredentialVault>>,
     /// The `WWW-Authenticate` challenge of the last 401, which starts a login's
@@ -244,6 +301,8 @@ impl Slot {
             era: Mutex::new(None),
             listener: Mutex::new(None),
             relistening: tokio::sync::Mutex::new(()),
+            relisting: tokio::sync::Mutex::new(Which::default()),
+            relisted: AtomicU64::new(0),
             vault: Mutex::new(Arc::new(hostpipe_core::MemoryVault::new())),
             challenge: Mutex::new(None),
         }

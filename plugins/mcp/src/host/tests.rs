@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use hostpipe_core::{McpSource, ServerStatus, SourceError};
 use rmcp::model::InputRequiredResult;
 use rmcp::model::{
-    Implementation, ListResourcesResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents,
-    ServerCapabilities as WireCapabilities, ServerConfig as WireServerConfig,
+    Implementation, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ServerCapabilities as WireCapabilities, ServerConfig as WireServerConfig,
     SubscribeRequestParams, SubscriptionFilter,
 };
 use rmcp::service::RequestContext;
@@ -30,17 +30,24 @@ struct Docs {
     listened: Arc<Mutex<Vec<Vec<String>>>>,
     /// `ttlMs` on reads (2026-07-28; none: 0, do not cache).
     ttl_ms: Option<u64>,
+    /// `ttlMs` on `resources/list` pages.
+    list_ttl_ms: Option<u64>,
+    /// Whether it declares `resources.listChanged`.
+    list_changed: bool,
 }
 
 impl ServerHandler for Docs {
     fn get_info(&self) -> WireServerConfig {
-        WireServerConfig::new(
-            WireCapabilities::builder()
-                .enable_resources()
-                .enable_resources_subscribe()
-                .build(),
-        )
-        .with_server_info(Implementation::new("docs", "1.0"))
+        let mut capabilities = WireCapabilities::builder()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .build();
+        if self.list_changed
+            && let Some(resources) = capabilities.resources.as_mut()
+        {
+            resources.list_changed = Some(true);
+        }
+        WireServerConfig::new(capabilities).with_server_info(Implementation::new("docs", "1.0"))
     }
 
     async fn list_resources(
@@ -49,14 +56,26 @@ impl ServerHandler for Docs {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let doc = |n: u32| Resource::new(format!("docs://{n}"), format!("doc {n}"));
-        Ok(match request.and_then(|r| r.cursor) {
+        let mut page = match request.and_then(|r| r.cursor) {
             None => {
                 let mut page = ListResourcesResult::with_all_items(vec![doc(1), doc(2)]);
                 page.next_cursor = Some("2".into());
                 page
             }
             Some(_) => ListResourcesResult::with_all_items(vec![doc(3)]),
-        })
+        };
+        page.ttl_ms = self.list_ttl_ms;
+        Ok(page)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let mut page = ListResourceTemplatesResult::with_all_items(Vec::new());
+        page.ttl_ms = self.list_ttl_ms;
+        Ok(page)
     }
 
     async fn read_resource(
@@ -119,9 +138,18 @@ async fn connected(server: Docs) -> McpHost {
 
 /// [`connected`], speaking `protocol` (rmcp's servers speak both eras).
 async fn connected_with(server: Docs, protocol: ProtocolMode) -> McpHost {
+    connected_with_options(server, protocol, HostOptions::default()).await
+}
+
+/// [`connected_with`], with `options`.
+async fn connected_with_options(
+    server: Docs,
+    protocol: ProtocolMode,
+    options: HostOptions,
+) -> McpHost {
     let mut config = ServerConfig::stdio("docs", "unused", Vec::<String>::new());
     config.protocol = protocol;
-    let host = McpHost::new([config], HostOptions::default());
+    let host = McpHost::new([config], options);
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -346,4 +374,62 @@ async fn an_input_required_read_is_retried_with_the_state_and_a_server_that_keep
     );
     assert_eq!(server.reads.load(Ordering::SeqCst), 6 + 1 + 10);
     host.shutdown().await;
+}
+
+/// How many `resources/list` requests (two pages each) the host sent after `calls`
+/// concurrent `list_resources`, to a connection to `server` in `protocol`, keeping lists
+/// at least `min_list_ttl_ms`.
+async fn lists_after(
+    server: Docs,
+    protocol: ProtocolMode,
+    calls: usize,
+    min_list_ttl_ms: u64,
+) -> u64 {
+    let options = HostOptions {
+        min_list_ttl: std::time::Duration::from_millis(min_list_ttl_ms),
+        ..HostOptions::default()
+    };
+    let host = Arc::new(connected_with_options(server, protocol, options).await);
+    let listing: Vec<_> = (0..calls)
+        .map(|_| {
+            let host = Arc::clone(&host);
+            tokio::spawn(async move { host.list_resources("docs").await.map(|l| l.len()) })
+        })
+        .collect();
+    for l in listing {
+        assert_eq!(l.await.ok().and_then(Result::ok), Some(3));
+    }
+    let counts = host.request_counts("docs").unwrap_or_default();
+    host.shutdown().await;
+    counts.get("resources/list").copied().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_2026_07_28_list_is_kept_for_its_ttl_or_until_notified() {
+    use ProtocolMode::{Legacy, Modern};
+    // ttlMs missing means 0 (spec 2026-07-28, "Caching"): with no floor, listed again
+    // when needed, after the two pages of the connect; concurrent needs share one
+    // listing.
+    assert_eq!(lists_after(Docs::default(), Modern, 1, 0).await, 4);
+    let many = lists_after(Docs::default(), Modern, 8, 0).await;
+    assert!(
+        (4..=6).contains(&many),
+        "8 concurrent needs sent {many} resources/list"
+    );
+    // The default floor of a second: the connect's listing serves.
+    assert_eq!(lists_after(Docs::default(), Modern, 3, 1000).await, 2);
+    // A TTL of a minute, no floor: the connect's listing serves too.
+    let minute = Docs {
+        list_ttl_ms: Some(60_000),
+        ..Docs::default()
+    };
+    assert_eq!(lists_after(minute, Modern, 3, 0).await, 2);
+    // A server that notifies list changes: kept until it does, whatever the TTL.
+    let notifies = Docs {
+        list_changed: true,
+        ..Docs::default()
+    };
+    assert_eq!(lists_after(notifies, Modern, 3, 0).await, 2);
+    // Before 2026-07-28 there is no ttlMs: kept until a `list_changed`.
+    assert_eq!(lists_after(Docs::default(), Legacy, 3, 0).await, 2);
 }

@@ -15,11 +15,11 @@ use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVers
 use rmcp::service::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt as _};
 use rmcp::transport::{AuthClient, StreamableHttpClientTransport, Transport};
 
-use super::lists::{Which, refresh_lists};
+use super::lists::refresh_lists;
 use super::oauth;
 use super::observed::Observed;
 use super::options::HostOptions;
-use super::slot::{Era, MODERN, Notifies, Session, Slot};
+use super::slot::{Era, MODERN, Notifies, Session, Slot, Which};
 use super::subscribe;
 use crate::auth_config::AuthConfig;
 use crate::cache::ContentCache;
