@@ -80,6 +80,21 @@ async fn main() -> ExitCode {
     // The suite names the revision a scenario is for (`--spec-version`); without one, its
     // scenarios are 2025-11-25's, whose servers expect `initialize` first, not the probe.
     let mut server = ServerConfig::http(SERVER, url);
+    if scenario.starts_with("auth/") {
+        match auth_config(&scenario) {
+            Ok(auth) => {
+                if let hostpipe_mcp::TransportConfig::StreamableHttp { auth: a, .. } =
+                    &mut server.transport
+                {
+                    *a = auth;
+                }
+            }
+            Err(e) => {
+                eprintln!("conformance-client: {e:#}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     server.protocol = match std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION").as_deref() {
         Ok("2026-07-28") => ProtocolMode::Modern,
         _ => ProtocolMode::Legacy,
@@ -118,6 +133,134 @@ struct Context {
     /// The tool calls the scenario wants, in order.
     #[serde(default)]
     tool_calls: Vec<ToolCall>,
+    /// `auth/pre-registration`, `auth/client-credentials-basic`: the client registered
+    /// with the mock authorization server.
+    #[serde(default, alias = "client_id")]
+    client_id: Option<String>,
+    /// Its secret.
+    #[serde(default, alias = "client_secret")]
+    client_secret: Option<String>,
+}
+
+/// The client ID metadata document URL the suite's `auth/basic-cimd` expects.
+const CIMD_URL: &str = "https://conformance-test.local/client-metadata.json";
+/// The redirect URI of the logins (the mock authorization server redirects at once, and
+/// the client reads the `Location` instead of following it).
+const REDIRECT_URI: &str = "http://localhost:3000/callback";
+
+/// The server's `auth` for an `auth/*` scenario, through hostpipe's own config types:
+/// client credentials for the extension scenario, the context's pre-registered client,
+/// else a client ID metadata document (with dynamic registration as the fallback).
+fn auth_config(scenario: &str) -> anyhow::Result<hostpipe_mcp::auth_config::AuthConfig> {
+    use hostpipe_mcp::auth_config::{AuthConfig, ClientCredentials, OAuthClient, Secret};
+    let context = context()?;
+    if scenario == "auth/client-credentials-basic" {
+        return Ok(AuthConfig::ClientCredentials(ClientCredentials {
+            client_id: context.client_id.context("the context has no client_id")?,
+            client_secret: Secret::new(
+                context
+                    .client_secret
+                    .context("the context has no client_secret")?,
+            ),
+            scopes: Vec::new(),
+        }));
+    }
+    Ok(AuthConfig::OAuth(OAuthClient {
+        client_metadata_url: Some(CIMD_URL.to_owned()),
+        client_name: Some("hostpipe-conformance-client".to_owned()),
+        client_secret: context.client_secret.clone().map(Secret::new),
+        client_id: context.client_id,
+        ..OAuthClient::default()
+    }))
+}
+
+/// Most logins an `auth/*` scenario may take (the first, a step-up, a migration): a
+/// server that keeps asking is not logged in to forever (`auth/scope-retry-limit`).
+const MAX_LOGINS: usize = 3;
+
+/// An `auth/*` scenario: connect; a `needs_login` server logs in through the host's own
+/// login (`McpHost::start_login`, the authorization URL fetched without following the
+/// redirect, whose `Location` is the callback) and reconnects; then every tool is
+/// called, and a call refused for `insufficient_scope` logs in again (the host asks for
+/// the union of scopes) and is retried.
+async fn run_auth(host: &McpHost) -> anyhow::Result<()> {
+    host.connect_all().await;
+    let mut logins = 0;
+    loop {
+        let status = status(host)?;
+        if status.needs_login() {
+            ensure!(
+                logins < MAX_LOGINS,
+                "still {} after {logins} logins",
+                status.describe()
+            );
+            eprintln!("conformance-client: {}; logging in", status.describe());
+            login(host).await?;
+            logins += 1;
+            continue;
+        }
+        if let ServerStatus::Failed { reason } = &status {
+            bail!("connect failed: {reason}");
+        }
+        ensure!(
+            status.is_connected(),
+            "not connected: {}",
+            status.describe()
+        );
+        break;
+    }
+    eprintln!("conformance-client: connected");
+    for tool in host.list_tools(SERVER).await?.iter() {
+        let arguments = required_arguments(&tool.input_schema);
+        let mut attempt = call_result(host, &tool.name, arguments.clone()).await;
+        // A test client may read the message: the host keeps the challenge for the login.
+        while let Err(e) = &attempt {
+            let step_up = format!("{e:#}").contains("insufficient_scope");
+            if !step_up || logins >= MAX_LOGINS {
+                break;
+            }
+            eprintln!("conformance-client: {e:#}; logging in again for more scope");
+            login(host).await?;
+            logins += 1;
+            attempt = call_result(host, &tool.name, arguments.clone()).await;
+        }
+        attempt?;
+    }
+    Ok(())
+}
+
+/// One login through the host, then a reconnect.
+async fn login(host: &McpHost) -> anyhow::Result<()> {
+    let login = host.start_login(SERVER, REDIRECT_URI).await?;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(TIMEOUT)
+        .build()?;
+    let answer = http.get(login.authorization_url()).send().await?;
+    let location = answer
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .with_context(|| {
+            format!(
+                "the authorization endpoint answered {} without a Location",
+                answer.status()
+            )
+        })?
+        .to_owned();
+    login.finish(&location).await?;
+    let status = host.reconnect(SERVER).await?;
+    eprintln!("conformance-client: after the login: {}", status.describe());
+    Ok(())
+}
+
+fn status(host: &McpHost) -> anyhow::Result<ServerStatus> {
+    Ok(host
+        .servers()
+        .into_iter()
+        .find(|s| s.name == SERVER)
+        .context("the server is not in the host")?
+        .status)
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -148,8 +291,11 @@ async fn run(host: &McpHost, scenario: &str) -> anyhow::Result<()> {
         "http-custom-headers",
         "http-invalid-tool-headers",
     ];
+    if scenario.starts_with("auth/") {
+        return run_auth(host).await;
+    }
     if !KNOWN.contains(&scenario) {
-        bail!("unknown scenario (known: {})", KNOWN.join(", "));
+        bail!("unknown scenario (known: {}, auth/*)", KNOWN.join(", "));
     }
     let context = context()?;
     connect(host).await?;

@@ -22,6 +22,11 @@ use serde::Deserialize;
 pub struct Secret(String);
 
 impl Secret {
+    /// A secret from elsewhere than the environment (a test harness, a vault).
+    pub fn new(secret: impl Into<String>) -> Self {
+        Self(secret.into())
+    }
+
     /// The secret itself.
     pub fn expose(&self) -> &str {
         &self.0

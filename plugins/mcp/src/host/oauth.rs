@@ -390,6 +390,38 @@ pub fn redirect_error(redirect: &str) -> Option<String> {
     url_query(redirect, "error")
 }
 
+/// The scopes a `WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`
+/// challenge asks for (RFC 6750 §3); `None` for any other challenge.
+pub(crate) fn step_up_scopes(challenge: &str) -> Option<Vec<String>> {
+    let param = |name: &str| -> Option<String> {
+        let lower = challenge.to_ascii_lowercase();
+        let mut from = 0;
+        while let Some(i) = lower[from..].find(name) {
+            let at = from + i;
+            let before = lower[..at].chars().last();
+            let rest = &challenge[at + name.len()..];
+            if matches!(before, None | Some(' ' | ',')) && rest.trim_start().starts_with('=') {
+                let value = rest.trim_start()[1..].trim_start();
+                return Some(match value.strip_prefix('"') {
+                    Some(quoted) => quoted.split('"').next().unwrap_or("").to_owned(),
+                    None => value.split([',', ' ']).next().unwrap_or("").to_owned(),
+                });
+            }
+            from = at + name.len();
+        }
+        None
+    };
+    if param("error").as_deref() != Some("insufficient_scope") {
+        return None;
+    }
+    Some(
+        param("scope")?
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
 /// The first `key` in `url`'s query, decoded.
 pub(crate) fn url_query(url: &str, key: &str) -> Option<String> {
     let query = url.split_once('?')?.1;
@@ -443,6 +475,24 @@ pub(crate) async fn start_login(
     let mut manager = AuthorizationManager::new(url)
         .await
         .map_err(|e| failed(e.to_string()))?;
+    // A step-up (a 403 `insufficient_scope`, MCP spec "Scope Challenge Handling"; SEP-2350):
+    // ask for what was granted before plus what the challenge names.
+    let mut scopes = client.scopes.clone();
+    if let Some(wanted) = challenge.as_deref().and_then(step_up_scopes) {
+        let granted = vault
+            .load(server)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|s| serde_json::from_slice::<StoredCredentials>(&s.secret).ok())
+            .map(|c| c.granted_scopes)
+            .unwrap_or_default();
+        for scope in granted.into_iter().chain(wanted) {
+            if !scopes.contains(&scope) {
+                scopes.push(scope);
+            }
+        }
+    }
     manager.set_credential_store(VaultStore::new(server, vault));
     let mut request = AuthorizationRequest::new(redirect_uri).with_client_name(
         client
@@ -459,8 +509,8 @@ pub(crate) async fn start_login(
     if let Some(cimd) = &client.client_metadata_url {
         request = request.with_client_metadata_url(cimd.clone());
     }
-    if !client.scopes.is_empty() {
-        request = request.with_scopes(client.scopes.iter().cloned());
+    if !scopes.is_empty() {
+        request = request.with_scopes(scopes);
     }
     if let Some(challenge) = challenge {
         request = request.with_challenge(challenge);
@@ -495,6 +545,23 @@ mod tests {
         assert_eq!(url_query(url, "error"), None);
         assert_eq!(url_query("http://x/%", "a"), None);
         assert_eq!(url_query("http://x/?a=%4", "a").as_deref(), Some("%4"));
+    }
+
+    #[test]
+    fn step_up_challenges_give_their_scopes() {
+        let c = r#"Bearer error="insufficient_scope", scope="mcp:read mcp:write", resource_metadata="https://x/.well-known/oauth-protected-resource""#;
+        assert_eq!(
+            step_up_scopes(c),
+            Some(vec!["mcp:read".to_owned(), "mcp:write".to_owned()])
+        );
+        assert_eq!(
+            step_up_scopes(r#"Bearer resource_metadata="https://x", scope="a""#),
+            None
+        );
+        assert_eq!(
+            step_up_scopes("Bearer error=insufficient_scope, scope=a"),
+            Some(vec!["a".to_owned()])
+        );
     }
 
     #[tokio::test]

@@ -651,6 +651,22 @@ pub(super) async fn timed<T>(
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => {
+            if let Some(challenge) = e.auth_challenge() {
+                // Kept for the next login: its discovery and scopes start from it
+                // (RFC 9728 `resource_metadata`; a 403's `scope` is a step-up).
+                *slot
+                    .challenge
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(challenge.to_owned());
+            }
+            if e.is_authorization_required() {
+                // rmcp already tried a refresh: the credentials are gone or refused.
+                let reason = format!(
+                    "the server answered `{method}` with HTTP 401: its OAuth credentials were refused or have expired"
+                );
+                tracing::warn!(server = %slot.config.name, %reason, "MCP server needs an OAuth login");
+                slot.set_status(ServerStatus::NeedsLogin { reason });
+            }
             let e = convert::service_error(&slot.config.name, method, e);
             if let SourceError::Transport { message, .. } = &e {
                 // The event loop pings the server and reconnects it if it is gone

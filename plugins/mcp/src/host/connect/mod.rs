@@ -243,7 +243,15 @@ pub(super) async fn finish(
     let seen = slot.lists.seen.load(Ordering::SeqCst);
     refresh_lists(slot, options, Which::ALL).await;
     slot.lists.mark_refreshed(seen);
-    slot.write().status = Some(ServerStatus::Connected);
+    {
+        let mut st = slot.write();
+        // A list answered 401 (the server lets `initialize` through without a token):
+        // the status says so already.
+        if matches!(st.status, Some(ServerStatus::NeedsLogin { .. })) {
+            return;
+        }
+        st.status = Some(ServerStatus::Connected);
+    }
     tracing::info!(server = %name, "MCP server connected");
 }
 
