@@ -28,7 +28,13 @@
 //!   and get the first listed prompt; the suite checks what went on the wire (`_meta`,
 //!   `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`; SEP-2575,
 //!   SEP-2243), and that the tools with invalid `x-mcp-header` annotations were never
-//!   listed, so never called.
+//!   listed, so never called;
+//! - `auth/*`: the server gets an `auth` through hostpipe's own config types (a client ID
+//!   metadata document, the context's pre-registered client, or client credentials);
+//!   when it is `needs_login`, the client logs in through [`McpHost::start_login`]
+//!   (the authorization URL fetched without following the redirect, its `Location`
+//!   given to `PendingLogin::finish`) and reconnects; then it calls every tool, logging
+//!   in again on `insufficient_scope` (at most [`MAX_LOGINS`] logins).
 //!
 //! Every network step is bounded: the connect and each request by [`TIMEOUT`], the
 //! shutdown by [`SHUTDOWN_TIMEOUT`].

@@ -80,7 +80,7 @@ impl AuthServer {
     }
 
     fn post(&self, path: &str) {
-        let status = reqwest::blocking_post(&self.url(path));
+        let status = raw_http::blocking_post(&self.url(path));
         assert_eq!(status, 200, "POST {path}");
     }
 }
@@ -93,7 +93,7 @@ impl Drop for AuthServer {
 }
 
 /// Blocking HTTP without a client library's runtime: enough for the test server.
-mod reqwest {
+mod raw_http {
     use std::io::{Read as _, Write as _};
 
     /// `POST url` with an empty body; the status.
@@ -212,7 +212,7 @@ fn login(data: &Path, servers: &Path) -> String {
     ] {
         assert!(url.contains(needed), "{needed} missing from {url}");
     }
-    let (status, location) = reqwest::get_no_redirect(&url);
+    let (status, location) = raw_http::get_no_redirect(&url);
     assert_eq!(status, 302, "the authorization endpoint redirects");
     let location = location.unwrap();
     assert!(
@@ -423,8 +423,8 @@ async fn serve_logs_in_through_its_callback_route() {
         ],
     )
     .await;
-    let http = ::reqwest::Client::builder()
-        .redirect(::reqwest::redirect::Policy::none())
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
     let servers = |token: &'static str| {
