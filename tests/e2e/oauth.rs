@@ -116,11 +116,10 @@ mod raw_http {
         let rest = url.strip_prefix("http://").unwrap();
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let mut stream = std::net::TcpStream::connect(authority).unwrap();
-        write!(
-            stream,
+        let head = format!(
             "{method} {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-        )
-        .unwrap();
+        );
+        stream.write_all(head.as_bytes()).unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).unwrap();
         let status = response.split(' ').nth(1).unwrap().parse().unwrap();
@@ -531,5 +530,62 @@ async fn serve_logs_in_through_its_callback_route() {
     assert!(
         !log.contains("code="),
         "the authorization code is in the service's log"
+    );
+}
+
+#[test]
+fn login_takes_the_redirect_on_a_loopback_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = AuthServer::start(dir.path());
+    let servers = write_servers(dir.path(), &server);
+    let data = dir.path().join("data");
+    let mut child = hostpipe_command()
+        .env("HOSTPIPE_DATA_DIR", &data)
+        .env("HOSTPIPE_CREDENTIAL_KEY", KEY)
+        .env("BOT_SECRET", "bot-secret-123")
+        .arg("--mcp-config")
+        .arg(&servers)
+        .args(["login", "secure", "--timeout", "60s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut url = String::new();
+    while !url.starts_with("http") {
+        url.clear();
+        assert!(
+            stdout.read_line(&mut url).unwrap() > 0,
+            "no authorization URL printed"
+        );
+        url = url.trim().to_owned();
+    }
+    assert!(
+        url.contains("redirect_uri=http%3A%2F%2F127.0.0.1%3A"),
+        "{url}"
+    );
+    let (status, location) = raw_http::get_no_redirect(&url);
+    assert_eq!(status, 302);
+    let location = location.unwrap();
+    // Someone else's request to the port changes nothing; the real redirect logs in.
+    let origin = &location[..location.find("/callback").unwrap()];
+    let (status, _) = raw_http::get_no_redirect(&format!("{origin}/callback?code=x&state=forged"));
+    assert_eq!(status, 400);
+    let (status, _) = raw_http::get_no_redirect(&format!("{origin}/favicon.ico"));
+    assert_eq!(status, 404);
+    let (status, _) = raw_http::get_no_redirect(&location);
+    assert_eq!(status, 200);
+    let out = child.wait_with_output().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(
+        out.status.success() && rest.contains("`secure` is connected"),
+        "{rest} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        status_of(&data, &servers, Some(KEY), "secure")["state"],
+        "connected"
     );
 }

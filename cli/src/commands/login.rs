@@ -176,10 +176,13 @@ async fn take_redirect(
         .to_owned();
     loop {
         let (mut stream, _) = listener.accept().await.context("accepting the redirect")?;
-        let mut head = vec![0u8; 8192];
-        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut head)).await;
-        let Ok(Ok(n)) = read else { continue };
-        let head = String::from_utf8_lossy(&head[..n]).into_owned();
+        let Ok(Some(head)) = tokio::time::timeout(Duration::from_secs(10), read_head(&mut stream))
+            .await
+            .map(Result::ok)
+            .map(Option::flatten)
+        else {
+            continue;
+        };
         let target = head
             .lines()
             .next()
@@ -222,6 +225,21 @@ async fn take_redirect(
             return Ok(url);
         }
     }
+}
+
+/// A request's head (up to the blank line, at most 8 KiB); `None` if the peer closed
+/// first.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> std::io::Result<Option<String>> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    Ok(Some(String::from_utf8_lossy(&head).into_owned()))
 }
 
 #[cfg(test)]
