@@ -97,6 +97,17 @@ impl CredentialStore for VaultStore {
         *cached = Some(None);
         Ok(())
     }
+
+    /// Before a refresh, rmcp loads the credentials again: they come from the vault,
+    /// not the cache, so a refresh token another worker sharing the store has rotated
+    /// since is the one used. (Two workers refreshing at the same moment can still
+    /// race; the loser's server becomes `needs_login`.)
+    async fn acquire_refresh_guard(
+        &self,
+    ) -> Result<Option<rmcp::transport::auth::CredentialRefreshGuard>, AuthError> {
+        *self.cached.lock().await = None;
+        Ok(None)
+    }
 }
 
 /// Whether `e` means "log in" rather than "something broke".
@@ -579,6 +590,21 @@ mod tests {
         assert_eq!(
             again.load().await.unwrap().map(|c| c.client_id).as_deref(),
             Some("client")
+        );
+        // Another worker saves newer credentials: a refresh reads them, not the cache.
+        let newer = StoredCredentials::new("rotated".into(), None, vec![], Some(2));
+        VaultStore::new("s", Arc::clone(&vault))
+            .save(newer)
+            .await
+            .unwrap();
+        assert_eq!(
+            again.load().await.unwrap().map(|c| c.client_id).as_deref(),
+            Some("client")
+        );
+        assert!(again.acquire_refresh_guard().await.unwrap().is_none());
+        assert_eq!(
+            again.load().await.unwrap().map(|c| c.client_id).as_deref(),
+            Some("rotated")
         );
         again.clear().await.unwrap();
         assert!(vault.load("s").await.unwrap().is_none());
