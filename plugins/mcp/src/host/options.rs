@@ -50,6 +50,23 @@ pub struct HostOptions {
     /// How often a streamable HTTP server is pinged to notice a restart (its session,
     /// and so its subscriptions, would be gone). Zero disables. Default 30 s.
     pub ping_interval: Duration,
+    /// Whether hostpipe declares the `elicitation` client capability (MCP 2025-11-25
+    /// `client/elicitation`), and which modes. Declare it only when an elicitor can
+    /// ask a user: a server may then ask during a request, and the question goes to the
+    /// user of the turn the request belongs to. Default [`Elicitation::Off`].
+    pub elicitation: Elicitation,
+}
+
+/// Which elicitation modes hostpipe declares ([`HostOptions::elicitation`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Elicitation {
+    /// No `elicitation` capability: servers must not ask (rmcp declines any request).
+    #[default]
+    Off,
+    /// `elicitation: { form: {} }`.
+    Form,
+    /// `elicitation: { form: {}, url: {} }`.
+    FormAndUrl,
 }
 
 impl Default for HostOptions {
@@ -69,6 +86,7 @@ impl Default for HostOptions {
             max_reconnect_attempts: None,
             list_refresh_debounce: Duration::from_millis(100),
             ping_interval: Duration::from_secs(30),
+            elicitation: Elicitation::Off,
         }
     }
 }
@@ -94,5 +112,6 @@ mod tests {
         assert_eq!(o.max_reconnect_attempts, None);
         assert_eq!(o.list_refresh_debounce, Duration::from_millis(100));
         assert_eq!(o.ping_interval, Duration::from_secs(30));
+        assert_eq!(o.elicitation, Elicitation::Off);
     }
 }

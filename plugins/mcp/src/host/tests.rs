@@ -119,9 +119,19 @@ async fn connected(server: Docs) -> McpHost {
 
 /// [`connected`], speaking `protocol` (rmcp's servers speak both eras).
 async fn connected_with(server: Docs, protocol: ProtocolMode) -> McpHost {
+    connected_to(server, protocol, HostOptions::default()).await
+}
+
+/// A host with `options` and one server, `docs`: `server` in process, speaking
+/// `protocol`.
+pub(super) async fn connected_to<S: ServerHandler>(
+    server: S,
+    protocol: ProtocolMode,
+    options: HostOptions,
+) -> McpHost {
     let mut config = ServerConfig::stdio("docs", "unused", Vec::<String>::new());
     config.protocol = protocol;
-    let host = McpHost::new([config], HostOptions::default());
+    let host = McpHost::new([config], options);
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -132,7 +142,7 @@ async fn connected_with(server: Docs, protocol: ProtocolMode) -> McpHost {
     let (read, write) = tokio::io::split(client_io);
     let conn = slot.new_connection();
     let established = connect::serve(
-        connect::client_config(&host.options),
+        connect::handler(&host.options, &slot),
         AsyncRwTransport::new_client(read, write),
         &slot,
         Arc::clone(&host.cache),
