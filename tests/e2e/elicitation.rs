@@ -427,3 +427,133 @@ async fn serve_declares_nothing_when_every_pipeline_turns_elicitation_off() {
         "{names:?}"
     );
 }
+
+/// Reads a server-sent event stream to its end, calling `on_event` for each event.
+async fn read_sse(
+    res: reqwest::Response,
+    mut on_event: impl FnMut(&str, &Value),
+) -> Vec<(String, Value)> {
+    use futures_util::StreamExt as _;
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let mut stream = res.bytes_stream();
+    let (mut buf, mut events) = (String::new(), Vec::new());
+    while let Some(chunk) = stream.next().await {
+        buf.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut name, mut data) = (String::new(), String::new());
+            for line in block.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data.push_str(d);
+                }
+            }
+            if name.is_empty() {
+                continue;
+            }
+            let value: Value = serde_json::from_str(&data).unwrap();
+            on_event(&name, &value);
+            events.push((name, value));
+        }
+    }
+    events
+}
+
+/// A whole chat turn: the model calls server-everything's elicitation tool, the
+/// question reaches the caller as an `elicitation_request` event on the turn's stream,
+/// the caller answers by POST, and the model gets the tool's result with the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_turn_carries_the_question_and_the_answer_reaches_the_model() {
+    use hostpipe_tests::openai_api::{ChatCompletions, answer, tool_call};
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer};
+
+    let mock = MockServer::start().await;
+    let api = ChatCompletions::new(vec![
+        tool_call("call_1", "everything__trigger-elicitation-request", "{}"),
+        answer("Thanks, Bob."),
+    ]);
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(api.clone())
+        .mount(&mock)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        r#"
+[pipelines.chat]
+stages = ["bind_mcp_servers", "tool_assembly"]
+runner = "local"
+[pipelines.chat.bind_mcp_servers]
+servers = ["everything"]
+[pipelines.chat.local]
+base_url = "{}/v1"
+model = "gpt-test"
+api_key_env = "HOSTPIPE_TEST_UNSET_KEY"
+"#,
+        mock.uri()
+    );
+    let svc = Service::start(&write_config(dir.path(), &extra), "memory", &[]).await;
+    let res = reqwest::Client::new()
+        .post(svc.url("/v1/turns"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"pipeline": "chat", "message": "sign me up", "conversation_id": "chat-7", "stream": true}))
+        .timeout(Duration::from_secs(90))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let base = svc.base.clone();
+    let mut answering = Vec::new();
+    let events = read_sse(res, |name, v| {
+        if name == "elicitation_request" {
+            let url = format!(
+                "{base}/v1/elicitation-requests/{}",
+                v["id"].as_str().unwrap()
+            );
+            answering.push(tokio::spawn(async move {
+                reqwest::Client::new()
+                    .post(url)
+                    .bearer_auth(ADMIN_TOKEN)
+                    .json(&json!({"action": "accept", "content": {"name": "Bob", "check": false}}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            }));
+        }
+    })
+    .await;
+    for a in answering {
+        assert_eq!(a.await.unwrap(), StatusCode::NO_CONTENT);
+    }
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    let asked = events
+        .iter()
+        .find(|(n, _)| n == "elicitation_request")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no elicitation_request event: {names:?}"));
+    assert_eq!(asked["conversation"], "chat-7");
+    assert_eq!(asked["turn_id"], events[0].1["turn_id"]);
+    let done = &events.last().unwrap().1;
+    assert_eq!(events.last().unwrap().0, "done", "{names:?}");
+    assert_eq!(done["reply"], "Thanks, Bob.");
+    // The tool's result, with the user's answer, went to the model.
+    let second = api.requests()[1].to_string();
+    assert!(second.contains("- Name: Bob"), "{second}");
+    // The trace records the question: server, mode, action, field names, no values.
+    let record = done["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["event"] == "elicitation")
+        .unwrap_or_else(|| panic!("no elicitation in the trace: {done}"));
+    assert_eq!(record["server"], "everything");
+    assert_eq!(
+        (record["mode"].as_str(), record["action"].as_str()),
+        (Some("form"), Some("accept"))
+    );
+    assert_eq!(record["fields"], json!(["check", "name"]));
+    assert!(!record.to_string().contains("Bob"));
+}
