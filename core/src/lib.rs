@@ -76,3 +76,8 @@ pub use turn::{BoundServer, HistoryMessage, Turn, TurnIds, UserMessage, Variable
 
 #[doc(hidden)]
 pub use inventory as __inventory;
+
+/// docs/elicitation.md, its examples compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/elicitation.md")]
+pub struct ElicitationGuide;
