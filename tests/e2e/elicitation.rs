@@ -3,8 +3,11 @@
 //!
 //! Against `@modelcontextprotocol/server-everything` (legacy `elicitation/create`, form
 //! and URL mode; its `trigger-*elicitation*` tools exist only when the client declares
-//! the capability) through the library and through `hostpipe serve`. The 2026-07-28
-//! `input_required` path is tested in process in `hostpipe-mcp` (`host::tests_elicit`).
+//! the capability) through the library and through `hostpipe serve`, and a Python SDK
+//! 2.x server (`tests/servers/elicit_server.py`) that asks through a 2026-07-28
+//! `input_required` round or a 2025-11-25 request, as the connection speaks. The rmcp
+//! side of the 2026-07-28 path is also tested in process in `hostpipe-mcp`
+//! (`host::tests_elicit`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -556,4 +559,95 @@ api_key_env = "HOSTPIPE_TEST_UNSET_KEY"
     );
     assert_eq!(record["fields"], json!(["check", "name"]));
     assert!(!record.to_string().contains("Bob"));
+}
+
+/// Gives the answers in order, keeping each question.
+struct Scripted {
+    answers: Mutex<Vec<ElicitationAnswer>>,
+    asked: Mutex<Vec<ElicitationRequest>>,
+}
+
+#[async_trait]
+impl Elicitor for Scripted {
+    async fn elicit(&self, request: &ElicitationRequest) -> ElicitationAnswer {
+        self.asked.lock().unwrap().push(request.clone());
+        self.answers.lock().unwrap().remove(0)
+    }
+}
+
+/// The Python SDK 2.x asks through the era it speaks: an `input_required` round on
+/// 2026-07-28, a standalone `elicitation/create` on 2025-11-25. Both reach the turn's
+/// user, and the server gets the answer (or a decline for one that does not fit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_sdk_server_asks_the_user_in_both_eras() {
+    use hostpipe_core::ElicitationMode;
+    use hostpipe_mcp::ProtocolMode;
+
+    for (protocol, version) in [
+        (ProtocolMode::Auto, "2026-07-28"),
+        (ProtocolMode::Legacy, "2025-11-25"),
+    ] {
+        let mut config = hostpipe_tests::python("b", "elicit_server.py");
+        config.protocol = protocol;
+        let host = connect_with(vec![config], options(Elicitation::Form)).await;
+        let server = &host.servers()[0];
+        assert_eq!(
+            server.protocol_version.as_deref(),
+            Some(version),
+            "{server:?}"
+        );
+        let content = |v: Value| v.as_object().cloned().unwrap();
+        let elicitor = Arc::new(Scripted {
+            answers: Mutex::new(vec![
+                ElicitationAnswer::Accept {
+                    content: content(json!({"name": "Ann", "guests": 4})),
+                },
+                ElicitationAnswer::Decline,
+                // Over the schema's maximum: never sent, declined.
+                ElicitationAnswer::Accept {
+                    content: content(json!({"name": "Ann", "guests": 40})),
+                },
+            ]),
+            asked: Mutex::default(),
+        });
+        let mut said = Vec::new();
+        for _ in 0..3 {
+            let mut turn = Turn::new("p", "book a table");
+            turn.ids.conversation = Some("c1".into());
+            let scope = ElicitScope::new(
+                Arc::clone(&elicitor) as Arc<dyn Elicitor>,
+                &turn,
+                ElicitationSettings::default(),
+            );
+            let result = scope
+                .run(host.call_tool("b", "book_table", None))
+                .await
+                .unwrap();
+            said.push(text(&result));
+        }
+        assert_eq!(
+            said,
+            [
+                "booked for Ann, 4 guests",
+                "not booked: decline",
+                "not booked: decline"
+            ],
+            "{version}"
+        );
+        let asked = elicitor.asked.lock().unwrap();
+        assert_eq!(asked.len(), 3, "{version}");
+        assert_eq!(
+            asked[0].message,
+            "Who is the table for, and how many are you?"
+        );
+        let ElicitationMode::Form { requested_schema } = &asked[0].mode else {
+            panic!("not a form: {:?}", asked[0].mode);
+        };
+        assert_eq!(
+            requested_schema["properties"]["guests"]["maximum"], 12,
+            "{requested_schema}"
+        );
+        drop(asked);
+        host.shutdown().await;
+    }
 }
