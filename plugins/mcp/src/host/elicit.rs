@@ -91,9 +91,15 @@ impl ClientHandler for Handler {
                 return Ok(ElicitResult::new(ElicitationAction::Decline));
             }
         };
-        if matches!(mode, ElicitationMode::Url { .. })
-            && !matches!(self.config.capabilities.elicitation.as_ref(), Some(e) if e.url.is_some())
-        {
+        // Only what was declared is asked (spec: a server must not ask for an
+        // undeclared capability; one that does is declined).
+        let declared = self.config.capabilities.elicitation.as_ref();
+        let allowed = match mode {
+            ElicitationMode::Form { .. } => declared.is_some_and(|e| e.form.is_some()),
+            ElicitationMode::Url { .. } => declared.is_some_and(|e| e.url.is_some()),
+        };
+        if !allowed {
+            tracing::info!(server = %server, mode = mode.as_str(), "elicitation declined: this mode is not declared");
             return Ok(ElicitResult::new(ElicitationAction::Decline));
         }
         // A 2026-07-28 round runs in the task of the request; a legacy request on the
@@ -184,15 +190,20 @@ pub(super) struct Budget {
     scope: Option<ElicitScope>,
     start: std::time::Instant,
     timeout: Duration,
+    /// The turn's time spent waiting for its user before this request.
+    paused_before: Duration,
 }
 
 impl Budget {
     /// The budget of a request starting now in the current task's scope.
     pub(super) fn start(timeout: Duration) -> Self {
+        let scope = ElicitScope::current();
+        let paused_before = scope.as_ref().map_or(Duration::ZERO, |s| s.paused().1);
         Self {
-            scope: ElicitScope::current(),
+            scope,
             start: std::time::Instant::now(),
             timeout,
+            paused_before,
         }
     }
 
@@ -206,7 +217,7 @@ impl Budget {
             // Check again shortly: the question ends by its own timeout.
             return Some(Duration::from_millis(100));
         }
-        let end = self.start + self.timeout + paused;
+        let end = self.start + self.timeout + paused.saturating_sub(self.paused_before);
         let left = end.saturating_duration_since(std::time::Instant::now());
         (!left.is_zero()).then_some(left)
     }
@@ -291,6 +302,39 @@ mod tests {
         }
         let _a = a.clone().run(async { askers.enter() }).await;
         assert!(askers.resolve("s", &form()).is_some());
+    }
+
+    struct Slow;
+
+    #[async_trait]
+    impl Elicitor for Slow {
+        async fn elicit(&self, _request: &ElicitationRequest) -> ElicitationAnswer {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            ElicitationAnswer::Decline
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_budget_counts_only_the_waits_during_it() {
+        let turn = Turn::new("p", "hi");
+        let scope = ElicitScope::new(Arc::new(Slow), &turn, ElicitationSettings::default());
+        scope
+            .clone()
+            .run(async {
+                // A question before the request does not lengthen its budget.
+                let _ = ElicitScope::current()
+                    .unwrap_or_else(|| unreachable!())
+                    .ask("s", "?", form())
+                    .await;
+                let budget = Budget::start(Duration::from_millis(100));
+                let left = budget.left().unwrap_or_default();
+                assert!(left <= Duration::from_millis(100), "{left:?}");
+                // One during it does.
+                let _ = scope.ask("s", "?", form()).await;
+                let left = budget.left().unwrap_or_default();
+                assert!(left > Duration::ZERO, "{left:?}");
+            })
+            .await;
     }
 
     #[test]

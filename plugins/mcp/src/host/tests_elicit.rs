@@ -142,3 +142,34 @@ async fn a_2026_07_28_input_request_is_put_to_the_turns_user() {
     // Outside any turn's scope nobody can be asked.
     assert_eq!(ask(&host, None).await, "no name: Decline");
 }
+
+/// Answers after longer than the request timeout.
+struct Late;
+
+#[async_trait]
+impl Elicitor for Late {
+    async fn elicit(&self, _request: &ElicitationRequest) -> ElicitationAnswer {
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        let mut content = serde_json::Map::new();
+        content.insert("name".into(), json!("Slow"));
+        ElicitationAnswer::Accept { content }
+    }
+}
+
+#[tokio::test]
+async fn the_request_timeout_does_not_run_while_the_user_is_asked() {
+    let options = HostOptions {
+        elicitation: Elicitation::Form,
+        request_timeout: std::time::Duration::from_millis(200),
+        ..HostOptions::default()
+    };
+    let host = connected_to(Asker, ProtocolMode::Modern, options).await;
+    let turn = Turn::new("p", "hi");
+    let scope = ElicitScope::new(Arc::new(Late), &turn, ElicitationSettings::default());
+    let result = scope.run(host.call_tool("docs", "ask", None)).await;
+    let text = match result.map(|r| r.content) {
+        Ok(content) => format!("{:?}", content.first()),
+        Err(e) => format!("error: {e}"),
+    };
+    assert!(text.contains("hello \\\"Slow\\\""), "{text}");
+}
