@@ -392,6 +392,21 @@ async fn serve_puts_the_question_to_the_caller_and_takes_a_checked_answer() {
         result_text(&v).contains("User declined to open the URL"),
         "{v}"
     );
+    // Answer mistakes: an unknown id, an unknown action, an unknown key.
+    let none = "/v1/elicitation-requests/00000000-0000-0000-0000-000000000000";
+    let (s, v) = send(&svc, post.clone(), none, Some(json!({"action": "decline"}))).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    let (s, v) = send(&svc, post.clone(), none, Some(json!({"action": "maybe"}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_body");
+    let (s, v) = send(
+        &svc,
+        post.clone(),
+        none,
+        Some(json!({"action": "accept", "answer": 1})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     // Every question is in the log, never the values.
     let log = svc.log_text();
     assert!(log.contains("elicitation request pending"), "{log}");
