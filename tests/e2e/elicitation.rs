@@ -649,20 +649,21 @@ async fn a_python_sdk_server_asks_the_user_in_both_eras() {
             ],
             "{version}"
         );
-        let asked = elicitor.asked.lock().unwrap();
-        assert_eq!(asked.len(), 3, "{version}");
-        assert_eq!(
-            asked[0].message,
-            "Who is the table for, and how many are you?"
-        );
-        let ElicitationMode::Form { requested_schema } = &asked[0].mode else {
-            panic!("not a form: {:?}", asked[0].mode);
-        };
-        assert_eq!(
-            requested_schema["properties"]["guests"]["maximum"], 12,
-            "{requested_schema}"
-        );
-        drop(asked);
+        {
+            let asked = elicitor.asked.lock().unwrap();
+            assert_eq!(asked.len(), 3, "{version}");
+            assert_eq!(
+                asked[0].message,
+                "Who is the table for, and how many are you?"
+            );
+            let ElicitationMode::Form { requested_schema } = &asked[0].mode else {
+                panic!("not a form: {:?}", asked[0].mode);
+            };
+            assert_eq!(
+                requested_schema["properties"]["guests"]["maximum"], 12,
+                "{requested_schema}"
+            );
+        }
         host.shutdown().await;
     }
 }
