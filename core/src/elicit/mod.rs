@@ -51,9 +51,17 @@ pub enum ElicitationMode {
 impl ElicitationMode {
     /// `form` or `url`.
     pub fn as_str(&self) -> &'static str {
+        match self.kind() {
+            ModeKind::Form => "form",
+            ModeKind::Url => "url",
+        }
+    }
+
+    /// Form or URL, without the data.
+    pub fn kind(&self) -> ModeKind {
         match self {
-            Self::Form { .. } => "form",
-            Self::Url { .. } => "url",
+            Self::Form { .. } => ModeKind::Form,
+            Self::Url { .. } => ModeKind::Url,
         }
     }
 }
@@ -98,12 +106,12 @@ pub enum ElicitationAnswer {
 }
 
 impl ElicitationAnswer {
-    /// `accept`, `decline` or `cancel`: the MCP `action`.
-    pub fn action(&self) -> &'static str {
+    /// The MCP `action`.
+    pub fn action(&self) -> Action {
         match self {
-            Self::Accept { .. } => "accept",
-            Self::Decline => "decline",
-            Self::Cancel => "cancel",
+            Self::Accept { .. } => Action::Accept,
+            Self::Decline => Action::Decline,
+            Self::Cancel => Action::Cancel,
         }
     }
 }
@@ -125,6 +133,28 @@ impl std::fmt::Debug for dyn Elicitor {
     }
 }
 
+/// `form` or `url` ([`ElicitationMode`] without its data), for the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModeKind {
+    /// Form mode.
+    Form,
+    /// URL mode.
+    Url,
+}
+
+/// The MCP `action` a server was told (MCP 2025-11-25 `client/elicitation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// `accept`.
+    Accept,
+    /// `decline`.
+    Decline,
+    /// `cancel`.
+    Cancel,
+}
+
 /// One elicitation of a turn, for the trace and the history: who asked, what was
 /// answered and how long it took; never the values the user gave.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,12 +162,12 @@ pub struct ElicitationRecord {
     /// The MCP server that asked.
     pub server: String,
     /// `form` or `url`.
-    pub mode: String,
+    pub mode: ModeKind,
     /// For URL mode: the URL's domain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
     /// What the server was told: `accept`, `decline` or `cancel`.
-    pub action: String,
+    pub action: Action,
     /// The names of the fields sent with an `accept` (their values are not kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<String>,
@@ -198,7 +228,7 @@ mod tests {
         let accept: ElicitationAnswer =
             serde_json::from_value(serde_json::json!({"action": "accept", "content": {"a": 1}}))
                 .unwrap_or(ElicitationAnswer::Cancel);
-        assert_eq!(accept.action(), "accept");
+        assert_eq!(accept.action(), Action::Accept);
         let decline: ElicitationAnswer =
             serde_json::from_value(serde_json::json!({"action": "decline"}))
                 .unwrap_or(ElicitationAnswer::Cancel);

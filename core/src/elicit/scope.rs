@@ -154,12 +154,12 @@ impl ElicitScope {
         };
         self.record(ElicitationRecord {
             server: server.to_owned(),
-            mode: mode.as_str().to_owned(),
+            mode: mode.kind(),
             domain: match &mode {
                 ElicitationMode::Url { domain, .. } => Some(domain.clone()),
                 ElicitationMode::Form { .. } => None,
             },
-            action: answer.action().to_owned(),
+            action: answer.action(),
             fields,
             how,
             elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -232,12 +232,12 @@ impl ElicitScope {
     pub fn record_unasked(&self, server: &str, mode: &ElicitationMode, how: impl Into<String>) {
         self.record(ElicitationRecord {
             server: server.to_owned(),
-            mode: mode.as_str().to_owned(),
+            mode: mode.kind(),
             domain: match mode {
                 ElicitationMode::Url { domain, .. } => Some(domain.clone()),
                 ElicitationMode::Form { .. } => None,
             },
-            action: "decline".into(),
+            action: super::Action::Decline,
             fields: Vec::new(),
             how: how.into(),
             elapsed_ms: 0,
@@ -246,8 +246,8 @@ impl ElicitScope {
 
     fn record(&self, record: ElicitationRecord) {
         tracing::info!(
-            turn_id = %self.0.turn_id, server = %record.server, mode = %record.mode,
-            domain = ?record.domain, action = %record.action, how = %record.how,
+            turn_id = %self.0.turn_id, server = %record.server, mode = ?record.mode,
+            domain = ?record.domain, action = ?record.action, how = %record.how,
             elapsed_ms = record.elapsed_ms, "elicitation"
         );
         self.0.sink.push_elicitation(record);
@@ -340,8 +340,8 @@ mod tests {
         });
         let record = record.unwrap_or_else(|| unreachable!("no record"));
         assert_eq!(
-            (record.action.as_str(), record.fields.clone()),
-            ("accept", vec!["n".to_owned()])
+            (record.action, record.fields.clone()),
+            (super::super::Action::Accept, vec!["n".to_owned()])
         );
         assert!(
             !serde_json::to_string(&record)
