@@ -21,6 +21,7 @@
 
 pub mod consent;
 pub mod context;
+pub mod elicit;
 pub mod error;
 pub mod extensions;
 pub mod fence;
@@ -40,6 +41,10 @@ pub use consent::{ConsentGate, ConsentRequest, ToolCallRequest, Verdict, cap_jso
 pub use context::{
     ArgumentValue, Attachment, AttachmentTarget, BlockBody, BlockSource, ContextBlock,
     FallbackReason, Scope, TemplateRef, Treatment, TruncationSide, VariableRef,
+};
+pub use elicit::{
+    ElicitScope, ElicitationAnswer, ElicitationMode, ElicitationRecord, ElicitationRequest,
+    ElicitationSettings, Elicitor,
 };
 pub use error::{ConfigError, RunError, SourceError, StageError};
 pub use extensions::Extensions;
@@ -71,3 +76,8 @@ pub use turn::{BoundServer, HistoryMessage, Turn, TurnIds, UserMessage, Variable
 
 #[doc(hidden)]
 pub use inventory as __inventory;
+
+/// docs/elicitation.md, its examples compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/elicitation.md")]
+pub struct ElicitationGuide;

@@ -33,4 +33,4 @@ pub use config::{
     ProtocolMode, RawServerEntry, ServerConfig, TransportConfig, parse_mcp_servers_json,
 };
 pub use convert::decode_read_result;
-pub use host::{HostOptions, McpHost};
+pub use host::{Elicitation, HostOptions, McpHost};
