@@ -3,7 +3,7 @@
 //! terminal reader, one question at a time).
 
 use async_trait::async_trait;
-use hostpipe_core::elicit::validate_content;
+use hostpipe_core::elicit::complete_content;
 use hostpipe_core::{ElicitationAnswer, ElicitationMode, ElicitationRequest, Elicitor};
 use serde_json::{Map, Value};
 
@@ -95,8 +95,8 @@ impl Elicitor for TerminalApprover {
                             content.insert(name.clone(), v);
                         }
                     }
-                    match validate_content(requested_schema, &content) {
-                        Ok(()) => return ElicitationAnswer::Accept { content },
+                    match complete_content(requested_schema, content.clone()) {
+                        Ok(content) => return ElicitationAnswer::Accept { content },
                         Err(e) => {
                             if !self.say(&format!("  {e}; please answer again.\n")) {
                                 break;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use hostpipe_core::elicit::{ContentError, validate_content};
+use hostpipe_core::elicit::{ContentError, complete_content};
 use hostpipe_core::{ElicitationAnswer, ElicitationMode, ElicitationRequest, Elicitor};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
@@ -97,7 +97,8 @@ impl HttpElicitor {
         out
     }
 
-    /// Answers the question `id`. An `accept` of a form must fit its schema; an
+    /// Answers the question `id`. An `accept` of a form, with the form's defaults for
+    /// the fields it leaves out, must fit its schema; an
     /// `accept` of a URL takes no content (any given is dropped).
     ///
     /// # Errors
@@ -109,7 +110,8 @@ impl HttpElicitor {
         let waiting = inner.waiting.get(id).ok_or(AnswerError::NotPending)?;
         let answer = match (answer, &waiting.shown.request.mode) {
             (ElicitationAnswer::Accept { content }, ElicitationMode::Form { requested_schema }) => {
-                validate_content(requested_schema, &content).map_err(AnswerError::Invalid)?;
+                let content =
+                    complete_content(requested_schema, content).map_err(AnswerError::Invalid)?;
                 ElicitationAnswer::Accept { content }
             }
             (ElicitationAnswer::Accept { .. }, ElicitationMode::Url { .. }) => {

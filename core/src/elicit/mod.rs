@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use scope::{ElicitScope, ElicitationSettings};
-pub use validate::{ContentError, validate_content, validate_schema};
+pub use validate::{ContentError, complete_content, validate_content, validate_schema};
 
 /// What the server asks for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::{
     ElicitationAnswer, ElicitationMode, ElicitationRecord, ElicitationRequest, Elicitor,
-    validate_content, validate_schema,
+    complete_content, validate_schema,
 };
 use crate::trace::ReadSink;
 use crate::turn::Turn;
@@ -212,8 +212,8 @@ impl ElicitScope {
             (
                 Ok(ElicitationAnswer::Accept { content }),
                 ElicitationMode::Form { requested_schema },
-            ) => match validate_content(requested_schema, &content) {
-                Ok(()) => (ElicitationAnswer::Accept { content }, "answered".into()),
+            ) => match complete_content(requested_schema, content) {
+                Ok(content) => (ElicitationAnswer::Accept { content }, "answered".into()),
                 Err(e) => decline(format!("the answer did not fit the form ({e}): declined")),
             },
             // URL mode: consent to open it; nothing else is sent.

@@ -120,6 +120,30 @@ pub fn validate_content(schema: &Value, content: &Map<String, Value>) -> Result<
     Ok(())
 }
 
+/// The user's answers completed with the form's defaults, then checked: a property the
+/// user left out that has a `default` gets it (SEP-1034, "Support default values for
+/// all primitive types in elicitation schemas": clients apply the defaults of omitted
+/// fields), and the result must pass [`validate_content`].
+///
+/// # Errors
+/// As [`validate_content`].
+pub fn complete_content(
+    schema: &Value,
+    mut content: Map<String, Value>,
+) -> Result<Map<String, Value>, ContentError> {
+    if let Some(props) = properties(schema)? {
+        for (name, property) in props {
+            if let Some(default) = property.get("default")
+                && !content.contains_key(name)
+            {
+                content.insert(name.clone(), default.clone());
+            }
+        }
+    }
+    validate_content(schema, &content)?;
+    Ok(content)
+}
+
 fn check_value(name: &str, property: &Value, value: &Value) -> Result<(), ContentError> {
     let kind = property.get("type").and_then(Value::as_str).unwrap_or("");
     let num = |key: &str| property.get(key).and_then(Value::as_f64);
@@ -416,5 +440,30 @@ mod tests {
         assert_eq!(field_of(validate_schema(&nested)), "a");
         let free_array = json!({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}}}});
         assert_eq!(field_of(validate_schema(&free_array)), "a");
+    }
+
+    #[test]
+    fn omitted_fields_take_their_defaults_and_given_ones_stay() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "default": "John Doe"},
+                "age": {"type": "integer", "default": 30},
+                "verified": {"type": "boolean", "default": true},
+                "note": {"type": "string"}
+            },
+            "required": ["name"]
+        });
+        let mut given = Map::new();
+        given.insert("age".into(), json!(41));
+        let done = complete_content(&schema, given).unwrap_or_default();
+        assert_eq!(done.get("name"), Some(&json!("John Doe")));
+        assert_eq!(done.get("age"), Some(&json!(41)));
+        assert_eq!(done.get("verified"), Some(&json!(true)));
+        assert_eq!(done.get("note"), None);
+        // A default is no excuse for a wrong given value.
+        let mut wrong = Map::new();
+        wrong.insert("age".into(), json!("old"));
+        assert!(complete_content(&schema, wrong).is_err());
     }
 }
