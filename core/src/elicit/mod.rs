@@ -178,28 +178,17 @@ pub struct ElicitationRecord {
     pub elapsed_ms: u64,
 }
 
-/// The host (lower-cased) of an `http` or `https` URL, without user info or port: what
-/// a user must see before following the URL (MCP 2025-11-25 `client/elicitation`, "URL
-/// mode", safety: show the domain). `None` for any other scheme, no host, or a URL
-/// with characters no host may hold.
+/// The host of an `http` or `https` URL as the WHATWG URL Standard parses it (the
+/// `url` crate): lower-cased, an internationalized name in its ASCII (punycode) form so
+/// that look-alike letters show, without user info or port. What a user must see before
+/// following the URL (MCP 2025-11-25 `client/elicitation`, "URL mode", safety: show the
+/// domain). `None` for any other scheme, no host, or a URL that does not parse.
 pub fn url_domain(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    if !(scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("http")) {
+    let parsed = url::Url::parse(url).ok()?;
+    if !matches!(parsed.scheme(), "http" | "https") {
         return None;
     }
-    let authority = rest.split(['/', '?', '#']).next()?;
-    // `user:pass@host`: the host is after the last `@` (the part a browser goes to).
-    let host_port = authority.rsplit('@').next()?;
-    let host = if let Some(v6) = host_port.strip_prefix('[') {
-        format!("[{}]", v6.split(']').next()?)
-    } else {
-        host_port.split(':').next()?.to_owned()
-    };
-    let ok = !host.is_empty()
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-.[]:".contains(c));
-    ok.then(|| host.to_ascii_lowercase())
+    parsed.host_str().map(str::to_owned)
 }
 
 #[cfg(test)]
@@ -219,8 +208,14 @@ mod tests {
         assert_eq!(url_domain("http://[::1]:80/").as_deref(), Some("[::1]"));
         assert_eq!(url_domain("javascript:alert(1)"), None);
         assert_eq!(url_domain("file:///etc/passwd"), None);
-        assert_eq!(url_domain("https:///nohost"), None);
+        // Where a browser goes with it (the URL Standard skips the empty authority).
+        assert_eq!(url_domain("https:///nohost").as_deref(), Some("nohost"));
         assert_eq!(url_domain("https://exa mple.com/"), None);
+        // A look-alike name shows as what it is.
+        assert_eq!(
+            url_domain("https://аpple.com/").as_deref(),
+            Some("xn--pple-43d.com")
+        );
     }
 
     #[test]
