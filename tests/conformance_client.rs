@@ -29,6 +29,12 @@
 //!   `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`; SEP-2575,
 //!   SEP-2243), and that the tools with invalid `x-mcp-header` annotations were never
 //!   listed, so never called;
+//! - `elicitation-sep1034-client-defaults` (2025-11-25, `elicitation/create`) and
+//!   `sep-2322-client-request-state` (2026-07-28, `input_required` rounds): call every
+//!   listed tool in a turn's elicitation scope whose user accepts every form leaving
+//!   its fields empty, so that hostpipe fills in the form's defaults (SEP-1034); a
+//!   required field without one gets a value of its type. The suite checks the content
+//!   it got, and that each retry echoes `requestState` with a new request id;
 //! - `auth/*`: the server gets an `auth` through hostpipe's own config types (a client ID
 //!   metadata document, the context's pre-registered client, or client credentials);
 //!   when it is `needs_login`, the client logs in through [`McpHost::start_login`]
@@ -43,9 +49,15 @@ use std::io::IsTerminal as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use anyhow::{Context as _, bail, ensure};
-use hostpipe_core::{McpSource as _, ServerStatus, ToolContent};
-use hostpipe_mcp::{HostOptions, McpHost, ProtocolMode, ServerConfig};
+use async_trait::async_trait;
+use hostpipe_core::{
+    ElicitScope, ElicitationAnswer, ElicitationMode, ElicitationRequest, ElicitationSettings,
+    Elicitor, McpSource as _, ServerStatus, ToolContent, Turn,
+};
+use hostpipe_mcp::{Elicitation, HostOptions, McpHost, ProtocolMode, ServerConfig};
 
 /// The connect (HTTP plus `initialize`) and each request. The suite's own default
 /// timeout for a client run is 30 s.
@@ -81,6 +93,9 @@ async fn main() -> ExitCode {
         // One session, no background traffic: the suite's servers count requests.
         ping_interval: Duration::ZERO,
         max_reconnect_attempts: Some(0),
+        // Declared for every scenario (SEP-2575 checks it is well formed); asked only
+        // in the elicitation ones, which run in a turn's scope.
+        elicitation: Elicitation::Form,
         ..HostOptions::default()
     };
     // The suite names the revision a scenario is for (`--spec-version`); without one, its
@@ -296,6 +311,8 @@ async fn run(host: &McpHost, scenario: &str) -> anyhow::Result<()> {
         "http-standard-headers",
         "http-custom-headers",
         "http-invalid-tool-headers",
+        "elicitation-sep1034-client-defaults",
+        "sep-2322-client-request-state",
     ];
     if scenario.starts_with("auth/") {
         return run_auth(host).await;
@@ -341,9 +358,48 @@ async fn run(host: &McpHost, scenario: &str) -> anyhow::Result<()> {
         | "http-standard-headers"
         | "http-custom-headers"
         | "http-invalid-tool-headers" => exercise(host, &context).await?,
+        "elicitation-sep1034-client-defaults" | "sep-2322-client-request-state" => {
+            let mut turn = Turn::new("conformance", "");
+            turn.ids.conversation = Some("conformance".into());
+            let scope = ElicitScope::new(Arc::new(Accepts), &turn, ElicitationSettings::default());
+            scope
+                .run(async {
+                    for tool in host.list_tools(SERVER).await?.iter() {
+                        let arguments = required_arguments(&tool.input_schema);
+                        call_result(host, &tool.name, arguments).await?;
+                    }
+                    anyhow::Ok(())
+                })
+                .await?;
+        }
         _ => {}
     }
     Ok(())
+}
+
+/// A user who accepts every form as offered: its fields left empty (hostpipe fills in
+/// their defaults), a required one without a default answered with a value of its type.
+struct Accepts;
+
+#[async_trait]
+impl Elicitor for Accepts {
+    async fn elicit(&self, request: &ElicitationRequest) -> ElicitationAnswer {
+        let ElicitationMode::Form { requested_schema } = &request.mode else {
+            return ElicitationAnswer::Decline;
+        };
+        eprintln!(
+            "conformance-client: elicitation from {}: {}",
+            request.server, request.message
+        );
+        let mut schema = requested_schema.clone();
+        // Only the fields without a default: hostpipe applies the rest.
+        if let Some(properties) = schema["properties"].as_object_mut() {
+            properties.retain(|_, p| p.get("default").is_none());
+        }
+        ElicitationAnswer::Accept {
+            content: required_arguments(&schema),
+        }
+    }
 }
 
 /// Calls the context's tools (or every listed tool), reads the first listed resource

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 /// is shown are discarded: only an answer to the question counts.
 #[derive(Debug, Default)]
 pub struct TerminalApprover {
-    lines: tokio::sync::Mutex<Option<mpsc::UnboundedReceiver<String>>>,
+    pub(crate) lines: tokio::sync::Mutex<Option<mpsc::UnboundedReceiver<String>>>,
     tty: Mutex<Option<std::fs::File>>,
 }
 
@@ -27,8 +27,17 @@ impl TerminalApprover {
         Self::default()
     }
 
+    /// Whether there is a controlling terminal to ask on.
+    pub fn has_terminal(&self) -> bool {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")
+            .is_ok()
+    }
+
     /// Opens the terminal and starts the reader thread, once.
-    fn open(&self, lines: &mut Option<mpsc::UnboundedReceiver<String>>) -> bool {
+    pub(crate) fn open(&self, lines: &mut Option<mpsc::UnboundedReceiver<String>>) -> bool {
         if lines.is_some() {
             return true;
         }
@@ -66,7 +75,7 @@ impl TerminalApprover {
         true
     }
 
-    fn say(&self, text: &str) -> bool {
+    pub(crate) fn say(&self, text: &str) -> bool {
         let mut tty = self
             .tty
             .lock()

@@ -6,6 +6,7 @@ pub mod approver;
 pub mod bench;
 pub mod config;
 pub mod demo;
+pub mod elicitor;
 pub mod eval;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -82,16 +83,17 @@ impl App {
         mcp_config: Option<&Path>,
         runner: Option<&config::RunnerChoice>,
     ) -> anyhow::Result<Self> {
-        Self::load_with_approver(
-            config_file,
-            mcp_config,
-            runner,
-            Arc::new(approver::TerminalApprover::new()),
-        )
+        // One terminal for both questions: consent and the servers' own (elicitation,
+        // only when there is a terminal to ask on).
+        let terminal = Arc::new(approver::TerminalApprover::new());
+        let elicitor = terminal
+            .has_terminal()
+            .then(|| Arc::clone(&terminal) as Arc<dyn hostpipe_core::Elicitor>);
+        Self::load_with_askers(config_file, mcp_config, runner, terminal, elicitor)
     }
 
     /// [`App::load_with`], with `approver` answering the consent policies' `ask`s (the
-    /// CLI asks on its terminal; `hostpipe serve` asks its callers).
+    /// CLI asks on its terminal; `hostpipe serve` asks its callers), and no elicitor.
     ///
     /// # Errors
     /// As [`App::load`].
@@ -101,10 +103,27 @@ impl App {
         runner: Option<&config::RunnerChoice>,
         approver: Arc<dyn hostpipe_engine::Approver>,
     ) -> anyhow::Result<Self> {
+        Self::load_with_askers(config_file, mcp_config, runner, approver, None)
+    }
+
+    /// [`App::load_with_approver`], with `elicitor` putting the MCP servers' questions
+    /// (elicitation) to the turn's user: the MCP host then declares the capability for
+    /// the pipelines that keep `[pipelines.ID.elicitation] enabled` (the default).
+    ///
+    /// # Errors
+    /// As [`App::load`].
+    pub fn load_with_askers(
+        config_file: Option<&Path>,
+        mcp_config: Option<&Path>,
+        runner: Option<&config::RunnerChoice>,
+        approver: Arc<dyn hostpipe_engine::Approver>,
+        elicitor: Option<Arc<dyn hostpipe_core::Elicitor>>,
+    ) -> anyhow::Result<Self> {
         let exe = config::self_exe()
             .context("cannot find the hostpipe executable to spawn the demo server")?;
         let mut config = config::load(config_file, mcp_config, &exe)?;
         config.approver = Some(approver);
+        config.declare_elicitation(elicitor);
         let registry = registry()?;
         let host = Arc::new(McpHost::new(config.servers.clone(), config.host.clone()));
         let pipelines = config.build_pipelines(&registry, host.clone(), runner)?;

@@ -22,6 +22,7 @@
 pub mod consent;
 pub mod context;
 pub mod credentials;
+pub mod elicit;
 pub mod error;
 pub mod extensions;
 pub mod fence;
@@ -43,6 +44,10 @@ pub use context::{
     FallbackReason, Scope, TemplateRef, Treatment, TruncationSide, VariableRef,
 };
 pub use credentials::{CredentialVault, MemoryVault, StoredSecret, VaultError};
+pub use elicit::{
+    ElicitScope, ElicitationAnswer, ElicitationMode, ElicitationRecord, ElicitationRequest,
+    ElicitationSettings, Elicitor,
+};
 pub use error::{ConfigError, RunError, SourceError, StageError};
 pub use extensions::Extensions;
 pub use fence::Fence;
@@ -73,3 +78,8 @@ pub use turn::{BoundServer, HistoryMessage, Turn, TurnIds, UserMessage, Variable
 
 #[doc(hidden)]
 pub use inventory as __inventory;
+
+/// docs/elicitation.md, its examples compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/elicitation.md")]
+pub struct ElicitationGuide;

@@ -289,6 +289,8 @@ pub enum TraceEvent {
         /// What.
         message: String,
     },
+    /// A server asked the user a question (MCP elicitation), and what it was told.
+    Elicitation(crate::elicit::ElicitationRecord),
     /// The runner finished or failed.
     RunFinished {
         /// Runner name.
@@ -323,6 +325,11 @@ impl ReadSink {
     /// Reports a tool call.
     pub fn push_call(&self, record: ToolCallRecord) {
         self.report(TraceEvent::ToolCall(record));
+    }
+
+    /// Reports an elicitation.
+    pub fn push_elicitation(&self, record: crate::elicit::ElicitationRecord) {
+        self.report(TraceEvent::Elicitation(record));
     }
 
     fn report(&self, event: TraceEvent) {

@@ -166,9 +166,9 @@ async fn tools_call_scenario_passes_in_both_revisions() {
 }
 
 /// 2026-07-28 (SEP-2575): every request carries `_meta` with the protocol version and
-/// client info, the `MCP-Protocol-Version` header matches it, and an unsupported
-/// version is retried with one the server supports. The capability checks are skipped:
-/// hostpipe declares no roots, sampling or elicitation here.
+/// client info, the `MCP-Protocol-Version` header matches it, an unsupported version
+/// is retried with one the server supports, and the elicitation capability the client
+/// declares is well formed (roots and sampling are skipped: hostpipe declares neither).
 #[tokio::test]
 async fn request_metadata_scenario_passes() {
     passes(
@@ -180,6 +180,40 @@ async fn request_metadata_scenario_passes() {
             "sep-2575-client-sends-client-info",
             "sep-2575-http-version-header-matches-meta",
             "sep-2575-client-retry-supported-version",
+            "sep-2575-client-declares-elicitation-capability",
+        ],
+    )
+    .await;
+}
+
+/// Elicitation through hostpipe's own path (a turn's `ElicitScope`): a 2025-11-25
+/// `elicitation/create` answered with the form's defaults filled in for the fields the
+/// user left empty (SEP-1034), and 2026-07-28 `input_required` rounds retried with the
+/// `requestState` echoed, a new request id, and no state when none was given, also
+/// for two calls in parallel (SEP-2322).
+#[tokio::test]
+async fn elicitation_scenarios_pass() {
+    passes(
+        "elicitation-sep1034-client-defaults",
+        LEGACY,
+        &[
+            "client-elicitation-sep1034-string-default",
+            "client-elicitation-sep1034-integer-default",
+            "client-elicitation-sep1034-number-default",
+            "client-elicitation-sep1034-enum-default",
+            "client-elicitation-sep1034-boolean-default",
+        ],
+    )
+    .await;
+    passes(
+        "sep-2322-client-request-state",
+        MODERN,
+        &[
+            "sep-2322-client-request-state-echoed",
+            "sep-2322-client-jsonrpc-id-different",
+            "sep-2322-client-no-state-omitted",
+            "sep-2322-client-parallel-isolation",
+            "sep-2322-default-result-type-complete",
         ],
     )
     .await;

@@ -245,17 +245,19 @@ impl StandaloneCommand {
             Self::Plugins => out!("{}", hostpipe_cli::registry()?.listing()),
             Self::Serve(ServeArgs { listen, .. }) => {
                 let approver = hostpipe_cli::serve::HttpApprover::new();
-                let mut app = App::load_with_approver(
+                let elicitor = hostpipe_cli::serve::HttpElicitor::new();
+                let mut app = App::load_with_askers(
                     global.config.as_deref(),
                     global.mcp_config.as_deref(),
                     None,
                     std::sync::Arc::new(approver.clone()),
+                    Some(std::sync::Arc::new(elicitor.clone())),
                 )?;
                 let options =
                     hostpipe_cli::serve::ServeOptions::from_config(&app.config.serve, listen)?;
                 app.open_store(global.store.as_deref()).await?;
                 app.open_vault(global.store.as_deref()).await?;
-                hostpipe_cli::serve::serve(app, approver, options, interrupted).await?;
+                hostpipe_cli::serve::serve(app, approver, elicitor, options, interrupted).await?;
             }
             Self::Bench(BenchArgs {
                 turns,

@@ -171,6 +171,11 @@ impl LoadedConfig {
         if let Some(c) = consent {
             pipeline = pipeline.with_consent(c);
         }
+        if let Some(elicitor) = &self.elicitor
+            && spec.elicitation.enabled
+        {
+            pipeline = pipeline.with_elicitation(Arc::clone(elicitor), spec.elicitation.settings);
+        }
         Ok(pipeline)
     }
 

@@ -55,7 +55,7 @@ use hostpipe_mcp::{HostOptions, RawServerEntry, ServerConfig, parse_mcp_servers_
 use serde::Deserialize;
 
 pub use build::RunnerChoice;
-pub use pipeline::PipelineSpec;
+pub use pipeline::{ElicitationSpec, PipelineSpec};
 pub use sections::{
     EmbedderSection, HostSection, RerankerSection, ServeSection, StoreSection, SummarizerKind,
     SummarizerSection,
@@ -162,6 +162,10 @@ pub struct LoadedConfig {
     /// Who answers `ask` decisions of the pipelines' consent policies (none: `ask`
     /// denies). Set it before [`LoadedConfig::build_pipelines`].
     pub approver: Option<Arc<dyn hostpipe_engine::Approver>>,
+    /// Who puts the MCP servers' questions (elicitation) to the turn's user (none: they
+    /// are declined, and the capability is not declared). Set it, then
+    /// [`LoadedConfig::declare_elicitation`], before building the host and pipelines.
+    pub elicitor: Option<Arc<dyn hostpipe_core::Elicitor>>,
     /// The pipelines by id.
     pub pipelines: BTreeMap<String, PipelineSpec>,
 }
@@ -230,6 +234,7 @@ pub fn parse(text: &str, source: &str) -> Result<LoadedConfig, ConfigError> {
         store: file.store,
         serve: file.serve,
         approver: None,
+        elicitor: None,
         pipelines,
     })
 }
@@ -310,6 +315,26 @@ pub fn load(
 }
 
 impl LoadedConfig {
+    /// Gives the config `elicitor` and sets what the MCP host declares accordingly
+    /// (`host.elicitation`): form mode when a pipeline elicits, URL mode too when one
+    /// of them allows it; nothing without an elicitor or when every pipeline turned
+    /// elicitation off.
+    pub fn declare_elicitation(&mut self, elicitor: Option<Arc<dyn hostpipe_core::Elicitor>>) {
+        let eliciting: Vec<&PipelineSpec> = self
+            .pipelines
+            .values()
+            .filter(|p| p.elicitation.enabled)
+            .collect();
+        self.host.elicitation = match (&elicitor, eliciting.is_empty()) {
+            (None, _) | (_, true) => hostpipe_mcp::Elicitation::Off,
+            _ if eliciting.iter().any(|p| p.elicitation.settings.url_mode) => {
+                hostpipe_mcp::Elicitation::FormAndUrl
+            }
+            _ => hostpipe_mcp::Elicitation::Form,
+        };
+        self.elicitor = elicitor;
+    }
+
     /// Adds the servers of `--mcp-config` `file`, binding each that no pipeline binds
     /// to pipeline `default`.
     fn add_servers(&mut self, file: &str, servers: Vec<ServerConfig>) -> Result<(), ConfigError> {

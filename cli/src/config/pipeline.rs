@@ -33,8 +33,65 @@ pub struct PipelineSpec {
     /// `[pipelines.ID.consent]`, as JSON (parsed when the pipeline is built, against
     /// the configured servers).
     pub consent: Option<serde_json::Value>,
+    /// `[pipelines.ID.elicitation]`: whether its MCP servers may ask the turn's user.
+    pub elicitation: ElicitationSpec,
     /// The stages' and runners' sections by name, as JSON.
     sections: BTreeMap<String, serde_json::Value>,
+}
+
+/// `[pipelines.ID.elicitation]`: MCP elicitation (a server asking the turn's user a
+/// question, docs/configuration.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElicitationSpec {
+    /// `enabled` (default true): the pipeline's servers may ask when the command has an
+    /// elicitor (`hostpipe serve`: its callers; `run`: the terminal, when there is one).
+    pub enabled: bool,
+    /// `timeout_ms` (default 120 000) and `url_mode` (default true).
+    pub settings: hostpipe_core::ElicitationSettings,
+}
+
+impl Default for ElicitationSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            settings: hostpipe_core::ElicitationSettings::default(),
+        }
+    }
+}
+
+impl ElicitationSpec {
+    /// Reads the section. Errors name the key within it.
+    fn from_toml(value: toml::Value) -> Result<Self, ConfigError> {
+        let toml::Value::Table(table) = value else {
+            return Err(ConfigError::new("", "expected a table"));
+        };
+        let mut spec = Self::default();
+        for (key, v) in table {
+            match (key.as_str(), v) {
+                ("enabled", toml::Value::Boolean(b)) => spec.enabled = b,
+                ("url_mode", toml::Value::Boolean(b)) => spec.settings.url_mode = b,
+                ("timeout_ms", toml::Value::Integer(ms)) if ms > 0 => {
+                    spec.settings.timeout = Duration::from_millis(ms.unsigned_abs());
+                }
+                ("timeout_ms", _) => {
+                    return Err(ConfigError::new(
+                        "timeout_ms",
+                        "expected milliseconds (a positive integer)",
+                    ));
+                }
+                ("enabled" | "url_mode", _) => {
+                    return Err(ConfigError::new(key, "expected true or false"));
+                }
+                _ => {
+                    return Err(ConfigError::new(
+                        key,
+                        "unknown key; known keys: enabled, timeout_ms, url_mode",
+                    ));
+                }
+            }
+        }
+        Ok(spec)
+    }
 }
 
 impl Default for PipelineSpec {
@@ -46,6 +103,7 @@ impl Default for PipelineSpec {
             system_prompt: None,
             turn_timeout: Some(Pipeline::DEFAULT_TURN_TIMEOUT),
             consent: None,
+            elicitation: ElicitationSpec::default(),
             sections: BTreeMap::new(),
         }
     }
@@ -103,6 +161,10 @@ impl TryFrom<toml::Table> for PipelineSpec {
             .remove("consent")
             .map(|v| json("consent", v))
             .transpose()?;
+        let elicitation = match table.remove("elicitation") {
+            None => ElicitationSpec::default(),
+            Some(v) => ElicitationSpec::from_toml(v).map_err(|e| e.under("elicitation"))?,
+        };
         let mut sections = BTreeMap::new();
         for (key, value) in table {
             let value = json(&key, value)?;
@@ -114,6 +176,7 @@ impl TryFrom<toml::Table> for PipelineSpec {
             system_prompt,
             turn_timeout,
             consent,
+            elicitation,
             sections,
         })
     }

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use super::ApiError;
 use super::approver::PendingConsent;
+use super::elicitor::PendingElicitation;
 use crate::ops::PreviewItem;
 
 /// `dto` as a JSON value, for a document that is both a response and an event's data.
@@ -371,6 +372,12 @@ pub(crate) struct ToolCallPage {
 pub(crate) struct ConsentRequestList {
     /// The questions waiting, oldest first (schema `ConsentRequest`).
     pub(crate) consent_requests: Vec<PendingConsent>,
+}
+
+/// `GET /v1/elicitation-requests`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ElicitationRequestList {
+    pub(crate) elicitation_requests: Vec<PendingElicitation>,
 }
 
 // ---- turns --------------------------------------------------------------------------

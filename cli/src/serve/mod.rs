@@ -10,6 +10,7 @@
 pub mod approver;
 mod auth;
 mod dto;
+pub mod elicitor;
 mod error;
 mod handlers;
 mod router;
@@ -31,6 +32,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::App;
 pub use approver::HttpApprover;
+pub use elicitor::HttpElicitor;
 pub use error::ApiError;
 pub(crate) use error::{Body, Params};
 
@@ -141,6 +143,7 @@ pub(crate) struct ServeState {
     /// pipeline runs it instead of its own: [`Pipeline::run_turn_on`]).
     preview: BTreeMap<String, Box<dyn hostpipe_core::Runner>>,
     approver: HttpApprover,
+    elicitor: HttpElicitor,
     options: ServeOptions,
     /// Set once the servers' first connection attempts are over.
     connected: AtomicBool,
@@ -163,6 +166,8 @@ pub enum TurnEvent {
     Run(RunEvent),
     /// A consent question waits for an answer.
     ConsentRequest(approver::PendingConsent),
+    /// An MCP server's question to the turn's user (elicitation) waits for an answer.
+    ElicitationRequest(elicitor::PendingElicitation),
     /// The turn ended: the same document as the JSON response.
     Done(serde_json::Value),
     /// The turn could not end normally (timeout).
@@ -172,7 +177,7 @@ pub enum TurnEvent {
 impl TurnEvent {
     /// The SSE event name and data, each event serialized once. The name is `turn`, a
     /// [`RunEvent`]'s tag (`message_delta`, `tool_call_started`, …), `consent_request`,
-    /// `done` or `error`; the data is one line of JSON.
+    /// `elicitation_request`, `done` or `error`; the data is one line of JSON.
     pub fn encode(&self) -> (String, String) {
         let (name, data) = match self {
             Self::Started(v) => ("turn".to_owned(), serde_json::to_string(v)),
@@ -187,6 +192,9 @@ impl TurnEvent {
                 Err(err) => ("run_event".to_owned(), Err(err)),
             },
             Self::ConsentRequest(c) => ("consent_request".to_owned(), serde_json::to_string(c)),
+            Self::ElicitationRequest(e) => {
+                ("elicitation_request".to_owned(), serde_json::to_string(e))
+            }
             Self::Done(v) => ("done".to_owned(), serde_json::to_string(v)),
             Self::Error(e) => ("error".to_owned(), serde_json::to_string(&e.body())),
         };
@@ -337,6 +345,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
 pub async fn serve(
     app: App,
     approver: HttpApprover,
+    elicitor: HttpElicitor,
     options: ServeOptions,
     shutdown: impl std::future::Future<Output = &'static str> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -354,6 +363,7 @@ pub async fn serve(
         app,
         preview,
         approver,
+        elicitor,
         options,
         connected: AtomicBool::new(false),
         draining: AtomicBool::new(false),

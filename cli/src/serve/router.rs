@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 
 use super::handlers::completion::complete;
 use super::handlers::consent::{answer_consent_request, list_consent_requests};
+use super::handlers::elicitation::{answer_elicitation_request, list_elicitation_requests};
 use super::handlers::history::{history, tool_call_history};
 use super::handlers::login::start_login;
 use super::handlers::pins::{
@@ -64,6 +65,11 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
         .route("/v1/history/tool-calls", get(tool_call_history))
         .route("/v1/consent-requests", get(list_consent_requests))
         .route("/v1/consent-requests/{id}", post(answer_consent_request))
+        .route("/v1/elicitation-requests", get(list_elicitation_requests))
+        .route(
+            "/v1/elicitation-requests/{id}",
+            post(answer_elicitation_request),
+        )
         .layer(axum::middleware::from_fn(
             move |req: axum::extract::Request, next: axum::middleware::Next| async move {
                 match tokio::time::timeout(request_timeout, next.run(req)).await {
@@ -133,7 +139,7 @@ mod tests {
             .filter(|p| p.starts_with("/v1/"))
             .collect();
         assert_eq!(routed, documented);
-        assert_eq!(routed.len(), 21);
+        assert_eq!(routed.len(), 23);
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub struct Pipeline {
     turn_timeout: Option<Duration>,
     store: Option<Arc<dyn AttachmentStore>>,
     consent: Option<Arc<crate::consent::Consent>>,
+    elicitation: Option<(
+        Arc<dyn hostpipe_core::Elicitor>,
+        hostpipe_core::ElicitationSettings,
+    )>,
 }
 
 impl Pipeline {
@@ -87,7 +91,35 @@ impl Pipeline {
             turn_timeout: Some(Self::DEFAULT_TURN_TIMEOUT),
             store: None,
             consent: None,
+            elicitation: None,
         }
+    }
+
+    /// Lets the MCP servers of this pipeline's turns ask the turn's user (MCP
+    /// elicitation): each turn (and each [`Pipeline::call_tool`]) runs in an
+    /// [`ElicitScope`](hostpipe_core::ElicitScope) that puts a server's question to
+    /// `elicitor` under `settings`. Without it, a server's question is declined. The MCP
+    /// host must declare the capability too (`hostpipe_mcp::HostOptions::elicitation`).
+    #[must_use]
+    pub fn with_elicitation(
+        mut self,
+        elicitor: Arc<dyn hostpipe_core::Elicitor>,
+        settings: hostpipe_core::ElicitationSettings,
+    ) -> Self {
+        self.elicitation = Some((elicitor, settings));
+        self
+    }
+
+    /// The elicitation settings, when the pipeline elicits.
+    pub fn elicitation(&self) -> Option<hostpipe_core::ElicitationSettings> {
+        self.elicitation.as_ref().map(|(_, s)| *s)
+    }
+
+    /// The scope `turn` elicits in, when the pipeline elicits.
+    pub(crate) fn elicit_scope(&self, turn: &Turn) -> Option<hostpipe_core::ElicitScope> {
+        self.elicitation.as_ref().map(|(elicitor, settings)| {
+            hostpipe_core::ElicitScope::new(Arc::clone(elicitor), turn, *settings)
+        })
     }
 
     /// Gives the pipeline a consent gate: every turn's reads, the stages' and the
@@ -233,6 +265,8 @@ impl Pipeline {
     /// Whichever runs is put under the [`layer`](crate::layer)s: a panic fails it
     /// ([`CatchPanic`]), a failure is its last event ([`ReportFailure`]), and `deadline`
     /// bounds it ([`Timeout`]; the turn then ends [`TurnStatus::TimedOut`]).
+    ///
+    /// The turn runs in the pipeline's elicitation scope ([`Pipeline::with_elicitation`]).
     pub async fn run_turn_on(
         &self,
         mut turn: Turn,
@@ -247,6 +281,27 @@ impl Pipeline {
                 .or_else(|| self.turn_timeout.map(|t| started + t));
             turn.deadline = Some(own.map_or(d, |own| own.min(d)));
         }
+        if turn.deadline.is_none() {
+            turn.deadline = self.turn_timeout.map(|t| started + t);
+        }
+        turn.ids.pipeline.clone_from(&self.id);
+        match self.elicit_scope(&turn) {
+            Some(scope) => {
+                scope
+                    .run(self.run_turn_scoped(turn, tap, deadline, runner))
+                    .await
+            }
+            None => self.run_turn_scoped(turn, tap, deadline, runner).await,
+        }
+    }
+
+    async fn run_turn_scoped(
+        &self,
+        turn: Turn,
+        tap: Option<&EventSink>,
+        deadline: Option<Instant>,
+        runner: Option<(&str, &dyn Runner)>,
+    ) -> TurnOutcome {
         let (mut request, mut trace) = match self.prepare(turn).await {
             Prepared::Request(request, trace) => (request, trace),
             Prepared::Ended(outcome) => return outcome,

@@ -17,7 +17,35 @@ impl Pipeline {
     /// stage failing): the call was not made.
     ///
     /// [`ToolsOnly`]: hostpipe_core::ToolsOnly
+    ///
+    /// The call runs in the pipeline's elicitation scope ([`Pipeline::with_elicitation`]):
+    /// the tool's server may ask the caller's user.
     pub async fn call_tool(
+        &self,
+        mut turn: Turn,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+        origin: hostpipe_core::trace::CallOrigin,
+    ) -> Result<ToolCallOutcome, Box<TurnOutcome>> {
+        turn.ids.pipeline.clone_from(&self.id);
+        if turn.deadline.is_none() {
+            turn.deadline = self.turn_timeout.map(|t| std::time::Instant::now() + t);
+        }
+        match self.elicit_scope(&turn) {
+            Some(scope) => {
+                scope
+                    .run(self.call_tool_scoped(turn, server, tool, arguments, origin))
+                    .await
+            }
+            None => {
+                self.call_tool_scoped(turn, server, tool, arguments, origin)
+                    .await
+            }
+        }
+    }
+
+    async fn call_tool_scoped(
         &self,
         turn: Turn,
         server: &str,

@@ -34,4 +34,6 @@ pub use config::{
     ProtocolMode, RawServerEntry, ServerConfig, TransportConfig, parse_mcp_servers_json,
 };
 pub use convert::decode_read_result;
-pub use host::{HostOptions, LoginError, McpHost, PendingLogin, redirect_error, redirect_state};
+pub use host::{
+    Elicitation, HostOptions, LoginError, McpHost, PendingLogin, redirect_error, redirect_state,
+};

@@ -35,6 +35,9 @@ struct Grant {
     secret: String,
     executor: Arc<dyn ToolExecutor>,
     calls: AtomicU32,
+    /// The turn's elicitation scope: the agent's calls run on the endpoint's tasks, so
+    /// a server's question to the user needs it handed over.
+    scope: Option<hostpipe_core::ElicitScope>,
 }
 
 type Grants = Arc<Mutex<HashMap<String, Arc<Grant>>>>;
@@ -121,7 +124,8 @@ impl ToolEndpoint {
         &self.url
     }
 
-    /// Access to `executor` for one turn.
+    /// Access to `executor` for one turn (called in the turn's task: its elicitation
+    /// scope goes with the grant).
     pub(crate) fn grant(&self, executor: Arc<dyn ToolExecutor>) -> TurnAccess {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let secret = format!(
@@ -136,6 +140,7 @@ impl ToolEndpoint {
                 secret,
                 executor,
                 calls: AtomicU32::new(0),
+                scope: hostpipe_core::ElicitScope::current(),
             }),
         );
         TurnAccess {
@@ -212,11 +217,14 @@ async fn call(
             ),
         );
     }
-    match grant
+    let calling = grant
         .executor
-        .call_from(&body.name, body.arguments, CallOrigin::Agent)
-        .await
-    {
+        .call_from(&body.name, body.arguments, CallOrigin::Agent);
+    let called = match grant.scope.clone() {
+        Some(scope) => scope.run(calling).await,
+        None => calling.await,
+    };
+    match called {
         Ok(result) => axum::Json(crate::mcp_json::call_tool_result(&result)).into_response(),
         Err(ToolError::Source(e)) => {
             let (status, code) = match &e {

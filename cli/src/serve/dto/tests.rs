@@ -453,6 +453,38 @@ fn samples() -> Vec<(&'static str, &'static str, &'static str, Value)> {
             }),
         ),
         (
+            "/v1/elicitation-requests",
+            "get",
+            "200",
+            value(&ElicitationRequestList {
+                elicitation_requests: ["form", "url"]
+                    .iter()
+                    .map(|mode| super::super::elicitor::PendingElicitation {
+                        id: "00000000-0000-0000-0000-000000000000".into(),
+                        asked_at_ms: 1,
+                        request: hostpipe_core::ElicitationRequest {
+                            turn_id: "t".into(),
+                            pipeline: "default".into(),
+                            conversation: Some("c".into()),
+                            sender: None,
+                            server: "s".into(),
+                            message: "m".into(),
+                            mode: if *mode == "form" {
+                                hostpipe_core::ElicitationMode::Form {
+                                    requested_schema: serde_json::json!({"type": "object"}),
+                                }
+                            } else {
+                                hostpipe_core::ElicitationMode::Url {
+                                    url: "https://a.example/x".into(),
+                                    domain: "a.example".into(),
+                                }
+                            },
+                        },
+                    })
+                    .collect(),
+            }),
+        ),
+        (
             "/v1/turns",
             "post",
             "200",

@@ -3,6 +3,7 @@
 
 pub(crate) mod completion;
 pub(crate) mod consent;
+pub(crate) mod elicitation;
 pub(crate) mod health;
 pub(crate) mod history;
 pub(crate) mod login;

@@ -163,6 +163,7 @@ pub(crate) async fn run_turn(
             runner: &runner,
         })?;
         state.approver.watch(&turn_id, tx.clone());
+        state.elicitor.watch(&turn_id, tx.clone());
         let _ = tx.send(TurnEvent::Started(started)).await;
     }
     let run = TurnRun {
@@ -234,6 +235,7 @@ impl TurnRun {
         let deadline = started + self.state.options.turn_timeout;
         let outcome = self.run_within(p, turn, deadline).await;
         self.state.approver.unwatch(&self.turn_id);
+        self.state.elicitor.unwatch(&self.turn_id);
         let result = self.result(&outcome, started);
         if let (Err(e), Err(_)) = (&result, &outcome) {
             let Self {

@@ -16,6 +16,7 @@
 
 mod capability;
 mod connect;
+mod elicit;
 mod lists;
 mod live;
 mod oauth;
@@ -25,6 +26,8 @@ mod slot;
 mod subscribe;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_elicit;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -50,14 +53,15 @@ use capability::Capability;
 use connect::connect;
 use lists::refresh_lists;
 pub use oauth::{LoginError, PendingLogin, redirect_error, redirect_state};
-pub use options::HostOptions;
+pub use options::{Elicitation, HostOptions};
 use slot::{Signal, Signals, Slot, State, Which, timed};
 use subscribe::subscribe_once;
 
 /// Most `input_required` rounds a read, a prompt or a tool call may take (MCP
 /// 2026-07-28 multi-round-trip requests, SEP-2322): the session answers each with what
-/// hostpipe declares (no elicitation, sampling or roots yet), then retries with the
-/// server's `requestState`; a server that keeps asking fails the request.
+/// hostpipe declares (elicitation, when [`HostOptions::elicitation`] declares it, put
+/// to the turn's user; no sampling or roots), then retries with the server's
+/// `requestState`; a server that keeps asking fails the request.
 const MRTR_MAX_ROUNDS: usize = 10;
 
 /// The MCP host. Create it with [`McpHost::new`], then [`McpHost::connect_all`]; it
@@ -504,6 +508,7 @@ impl McpSource for McpHost {
     async fn read_resource(&self, server: &str, uri: &str) -> Result<ResourceRead, SourceError> {
         let (slot, peer) = self.peer(server, Capability::Resources)?;
         let _reading = slot.begin_read(uri);
+        let _asking = slot.askers.enter();
         let timeout = slot.request_timeout(&self.options);
         // A subscription only serves to drop a cached copy: none without a cache.
         let subscribe = slot.read().capabilities.resources_subscribe && self.cache.is_enabled();
@@ -554,6 +559,7 @@ impl McpSource for McpHost {
         arguments: &BTreeMap<String, String>,
     ) -> Result<PromptResult, SourceError> {
         let (slot, peer) = self.peer(server, Capability::Prompts)?;
+        let _asking = slot.askers.enter();
         let timeout = slot.request_timeout(&self.options);
         let args: serde_json::Map<String, serde_json::Value> = arguments
             .iter()
@@ -610,6 +616,7 @@ impl McpSource for McpHost {
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<ToolCallResult, SourceError> {
         let (slot, peer) = self.peer(server, Capability::Tools)?;
+        let _asking = slot.askers.enter();
         let timeout = slot.request_timeout(&self.options);
         let mut params = CallToolRequestParams::new(tool.to_owned());
         if let Some(arguments) = arguments {

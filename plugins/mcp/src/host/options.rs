@@ -56,6 +56,23 @@ pub struct HostOptions {
     /// running within it, then come from one listing instead of one per need. Zero
     /// follows the server exactly. Default 1 s.
     pub min_list_ttl: Duration,
+    /// Whether hostpipe declares the `elicitation` client capability (MCP 2025-11-25
+    /// `client/elicitation`), and which modes. Declare it only when an elicitor can
+    /// ask a user: a server may then ask during a request, and the question goes to the
+    /// user of the turn the request belongs to. Default [`Elicitation::Off`].
+    pub elicitation: Elicitation,
+}
+
+/// Which elicitation modes hostpipe declares ([`HostOptions::elicitation`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Elicitation {
+    /// No `elicitation` capability: servers must not ask (rmcp declines any request).
+    #[default]
+    Off,
+    /// `elicitation: { form: {} }`.
+    Form,
+    /// `elicitation: { form: {}, url: {} }`.
+    FormAndUrl,
 }
 
 impl Default for HostOptions {
@@ -76,6 +93,7 @@ impl Default for HostOptions {
             list_refresh_debounce: Duration::from_millis(100),
             ping_interval: Duration::from_secs(30),
             min_list_ttl: Duration::from_secs(1),
+            elicitation: Elicitation::Off,
         }
     }
 }
@@ -102,5 +120,6 @@ mod tests {
         assert_eq!(o.list_refresh_debounce, Duration::from_millis(100));
         assert_eq!(o.ping_interval, Duration::from_secs(30));
         assert_eq!(o.min_list_ttl, Duration::from_secs(1));
+        assert_eq!(o.elicitation, Elicitation::Off);
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use hostpipe_core::{
     Prompt, Resource, ResourceTemplate, ServerCapabilities, ServerStatus, SourceError, Tool,
 };
-use rmcp::model::{ClientConfig, ClientRequest, PingRequest};
+use rmcp::model::{ClientRequest, PingRequest};
 use rmcp::service::RunningService;
 use rmcp::{Peer, RoleClient, ServiceError};
 use tokio::sync::{mpsc, watch};
@@ -22,7 +22,7 @@ use super::options::HostOptions;
 use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 
-pub(super) type Session = RunningService<RoleClient, ClientConfig>;
+pub(super) type Session = RunningService<RoleClient, super::elicit::Handler>;
 
 /// What a server's event loop is told, in order.
 #[derive(Debug)]
@@ -237,6 +237,9 @@ pub(super) struct Slot {
     /// how many there were: the calls that need a list at once share the one listing.
     pub(super) relisting: tokio::sync::Mutex<Which>,
     pub(super) relisted: AtomicU64,
+    /// The elicitation scopes of the requests in flight, for a legacy
+    /// `elicitation/create` ([`super::elicit`]).
+    pub(super) askers: super::elicit::Askers,
     /// Where the server's OAuth credentials live (the host's vault).
     vault: Mutex<Arc<dyn hostpipe_core::CredentialVault>>,
     /// The `WWW-Authenticate` challenge of the last 401, which starts a login's
@@ -303,6 +306,7 @@ impl Slot {
             relistening: tokio::sync::Mutex::new(()),
             relisting: tokio::sync::Mutex::new(Which::default()),
             relisted: AtomicU64::new(0),
+            askers: super::elicit::Askers::default(),
             vault: Mutex::new(Arc::new(hostpipe_core::MemoryVault::new())),
             challenge: Mutex::new(None),
         }
@@ -640,7 +644,9 @@ impl Slot {
 }
 
 /// Sends one request (`fut`) to the server under `timeout`, counting it. A transport
-/// failure also tells the event loop to check the connection.
+/// failure also tells the event loop to check the connection. Time the turn spends
+/// waiting for its user (an elicitation) does not count against `timeout`
+/// ([`super::elicit::Budget`]).
 pub(super) async fn timed<T>(
     slot: &Slot,
     method: &'static str,
@@ -648,9 +654,19 @@ pub(super) async fn timed<T>(
     fut: impl Future<Output = Result<T, ServiceError>>,
 ) -> Result<T, SourceError> {
     slot.count(method);
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => {
+    let budget = super::elicit::Budget::start(timeout);
+    let mut fut = std::pin::pin!(fut);
+    let outcome = loop {
+        let Some(left) = budget.left() else {
+            break None;
+        };
+        if let Ok(done) = tokio::time::timeout(left, &mut fut).await {
+            break Some(done);
+        }
+    };
+    match outcome {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => {
             if let Some(challenge) = e.auth_challenge() {
                 // Kept for the next login: its discovery and scopes start from it
                 // (RFC 9728 `resource_metadata`; a 403's `scope` is a step-up).
@@ -676,7 +692,7 @@ pub(super) async fn timed<T>(
             Err(e)
         }
         // Dropping the request future made rmcp send `notifications/cancelled`.
-        Err(_) => Err(SourceError::Timeout {
+        None => Err(SourceError::Timeout {
             server: slot.config.name.clone(),
             operation: method.into(),
             timeout,

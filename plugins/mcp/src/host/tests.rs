@@ -138,12 +138,13 @@ async fn connected(server: Docs) -> McpHost {
 
 /// [`connected`], speaking `protocol` (rmcp's servers speak both eras).
 async fn connected_with(server: Docs, protocol: ProtocolMode) -> McpHost {
-    connected_with_options(server, protocol, HostOptions::default()).await
+    connected_to(server, protocol, HostOptions::default()).await
 }
 
-/// [`connected_with`], with `options`.
-async fn connected_with_options(
-    server: Docs,
+/// A host with `options` and one server, `docs`: `server` in process, speaking
+/// `protocol`.
+pub(super) async fn connected_to<S: ServerHandler>(
+    server: S,
     protocol: ProtocolMode,
     options: HostOptions,
 ) -> McpHost {
@@ -160,7 +161,7 @@ async fn connected_with_options(
     let (read, write) = tokio::io::split(client_io);
     let conn = slot.new_connection();
     let established = connect::serve(
-        connect::client_config(&host.options),
+        connect::handler(&host.options, &slot),
         AsyncRwTransport::new_client(read, write),
         &slot,
         Arc::clone(&host.cache),
@@ -389,7 +390,7 @@ async fn lists_after(
         min_list_ttl: std::time::Duration::from_millis(min_list_ttl_ms),
         ..HostOptions::default()
     };
-    let host = Arc::new(connected_with_options(server, protocol, options).await);
+    let host = Arc::new(connected_to(server, protocol, options).await);
     let listing: Vec<_> = (0..calls)
         .map(|_| {
             let host = Arc::clone(&host);

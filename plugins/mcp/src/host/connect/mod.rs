@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use hostpipe_core::ServerStatus;
 use rmcp::RoleClient;
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::model::{ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt as _};
 use rmcp::transport::{AuthClient, StreamableHttpClientTransport, Transport};
 
+use super::elicit::Handler;
 use super::lists::refresh_lists;
 use super::oauth;
 use super::observed::Observed;
@@ -78,7 +79,7 @@ async fn establish(
     options: &HostOptions,
     cache: Arc<ContentCache>,
 ) -> Result<Session, Refused> {
-    let client = client_config(options);
+    let client = handler(options, slot);
     let conn = slot.new_connection();
     match &slot.config.transport {
         TransportConfig::Stdio {
@@ -117,10 +118,20 @@ async fn establish(
     }
 }
 
-/// What hostpipe says about itself in `initialize`.
+/// The session's client handler: [`client_config`], and elicitation for `slot`.
+pub(super) fn handler(options: &HostOptions, slot: &Arc<Slot>) -> Handler {
+    Handler {
+        config: client_config(options),
+        slot: Arc::downgrade(slot),
+    }
+}
+
+/// What hostpipe says about itself in `initialize` (and, on 2026-07-28, in each
+/// request's `_meta`): its name and version, and elicitation only when
+/// [`HostOptions::elicitation`] declares it.
 pub(super) fn client_config(options: &HostOptions) -> ClientConfig {
     ClientConfig::new(
-        ClientCapabilities::default(),
+        super::elicit::capabilities(options),
         Implementation::new(options.client_name.clone(), options.client_version.clone()),
     )
     // rmcp 3.11 puts 2026-07-28 (no `initialize`) into `initialize` by default; pin the
@@ -131,7 +142,7 @@ pub(super) fn client_config(options: &HostOptions) -> ClientConfig {
 /// The `initialize` handshake over `transport`, watched by [`Observed`] as connection
 /// `conn`.
 pub(super) async fn serve<T>(
-    client: ClientConfig,
+    client: Handler,
     transport: T,
     slot: &Arc<Slot>,
     cache: Arc<ContentCache>,
