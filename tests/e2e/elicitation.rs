@@ -572,7 +572,23 @@ api_key_env = "HOSTPIPE_TEST_UNSET_KEY"
         (record["mode"].as_str(), record["action"].as_str()),
         (Some("form"), Some("accept"))
     );
-    assert_eq!(record["fields"], json!(["check", "name"]));
+    // The user answered `check` and `name`; the form's other fields went with their
+    // defaults (SEP-1034), and the record names every field sent.
+    assert_eq!(
+        record["fields"],
+        json!([
+            "check",
+            "firstLine",
+            "integer",
+            "legacyTitledEnum",
+            "name",
+            "number",
+            "titledMultipleSelectEnum",
+            "titledSingleSelectEnum",
+            "untitledMultipleSelectEnum",
+            "untitledSingleSelectEnum"
+        ])
+    );
     assert!(!record.to_string().contains("Bob"));
 }
 
