@@ -332,3 +332,59 @@ async fn two_hundred_concurrent_turns_over_one_session_read_each_uri_once() {
     assert_eq!(reads(&host, "live"), 5, "one resources/read per URI");
     host.shutdown().await;
 }
+
+/// `hostpipe serve` started before its MCP server (compose and Kubernetes start
+/// services in any order): it is ready at once, says the server is down, keeps
+/// retrying with the reconnect backoff, and connects once the server is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_retries_a_server_that_is_down_at_start_until_it_comes_up() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hostpipe.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[host]\nconnect_timeout_ms = 5000\nreconnect_delay_ms = 200\nreconnect_max_delay_ms = 1000\n\n\
+             [mcp_servers.later]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+        ),
+    )
+    .unwrap();
+    let svc = hostpipe_tests::Service::start(&config, "memory", &[]).await;
+    let client = reqwest::Client::new();
+    let status = || async {
+        let v: serde_json::Value = client
+            .get(svc.url("/v1/servers"))
+            .bearer_auth(hostpipe_tests::ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v.to_string()
+    };
+    // Ready (Service::start waited for /readyz 200) while the server is down.
+    let down = status().await;
+    assert!(
+        down.contains("\"state\":\"reconnecting\"") || down.contains("\"state\":\"failed\""),
+        "{down}"
+    );
+    let server = HttpEverything::start_on(port).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = status().await;
+        if now.contains("\"state\":\"connected\"") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not connected 30 s after the server came up: {now}\n{}",
+            svc.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server.stop().await;
+}

@@ -378,6 +378,9 @@ pub async fn serve(
         let state = Arc::clone(&state);
         async move {
             state.app.connect().await;
+            // A server that is not up yet (compose and Kubernetes start services in any
+            // order) is retried with the reconnect backoff.
+            state.app.host.keep_retrying_unreachable();
             state.connected.store(true, Ordering::SeqCst);
             tracing::info!("MCP servers connected (or failed); ready");
         }

@@ -185,9 +185,41 @@ impl McpHost {
         }
     }
 
+    /// Keeps trying the servers whose connect failed (status `failed`), with the backoff
+    /// of a server lost later (`reconnect_delay` doubling up to `reconnect_max_delay`,
+    /// with jitter; `max_reconnect_attempts`): for a long-running service whose MCP
+    /// servers start in any order (compose, Kubernetes). Their status is `reconnecting`
+    /// meanwhile, then `connected`. A server that needs a login or is disabled is left
+    /// alone; so is every server in a one-shot command, which never calls this. Call
+    /// after [`McpHost::connect_all`].
+    pub fn keep_retrying_unreachable(&self) {
+        for slot in self.slots.values() {
+            let ServerStatus::Failed { reason } = slot.status() else {
+                continue;
+            };
+            if slot.peer().is_some() {
+                continue;
+            }
+            tracing::info!(server = %slot.config.name, %reason, "MCP server unreachable at start; retrying with backoff");
+            // The loop's answer to a suspect without a session is a reconnect.
+            let _ = slot
+                .signals
+                .send((slot.conn.load(Ordering::SeqCst), Signal::Suspect(reason)));
+            self.spawn_loop(slot);
+        }
+    }
+
     fn start_loop(&self, slot: &Arc<Slot>) {
         // Only for a server whose first connect succeeded (it has a session).
-        if slot.closing.load(Ordering::Relaxed) || slot.peer().is_none() {
+        if slot.peer().is_none() {
+            return;
+        }
+        self.spawn_loop(slot);
+    }
+
+    /// The server's event loop ([`live::run`]), once.
+    fn spawn_loop(&self, slot: &Arc<Slot>) {
+        if slot.closing.load(Ordering::Relaxed) {
             return;
         }
         if let Some(rx) = slot.take_signals() {

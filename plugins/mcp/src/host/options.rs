@@ -41,7 +41,9 @@ pub struct HostOptions {
     /// Largest delay between reconnect attempts. Default 30 s.
     pub reconnect_max_delay: Duration,
     /// Attempts before giving up on a lost server (status `failed`); `None`: never give
-    /// up. Default `None`. A server that fails its first connect is not retried.
+    /// up. Default `None`. A server that fails its first connect is retried only after
+    /// [`McpHost::keep_retrying_unreachable`](crate::McpHost::keep_retrying_unreachable)
+    /// (`hostpipe serve` calls it; a one-shot command does not).
     pub max_reconnect_attempts: Option<u32>,
     /// After a `list_changed` notification, how long to wait for more before listing
     /// again. List calls made meanwhile wait for the new list (up to the request

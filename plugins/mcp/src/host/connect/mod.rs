@@ -178,7 +178,9 @@ where
                 };
             }
             let mut reason = format!("{handshake} failed: {}", convert::describe_init(&e));
-            if probing {
+            // Only a process can exit on the probe; an HTTP server that does not know
+            // `server/discover` answers it, and rmcp falls back to `initialize`.
+            if probing && matches!(slot.config.transport, TransportConfig::Stdio { .. }) {
                 reason.push_str(
                     " (hostpipe probed with `server/discover` before `initialize`; a server that exits on it needs `protocol = \"2025-11-25\"` in its config, `\"protocol\": \"2025-11-25\"` in an mcpServers file)",
                 );
