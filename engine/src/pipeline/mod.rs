@@ -197,6 +197,11 @@ impl Pipeline {
         &self.model
     }
 
+    /// The pipeline's own system prompt (`[pipelines.ID] system_prompt`), if it has one.
+    pub fn system_prompt(&self) -> Option<&str> {
+        self.system_prompt.as_deref()
+    }
+
     /// Runs the stages over `turn` and builds the [`RunRequest`](hostpipe_core::RunRequest), without running the
     /// runner. Sets the turn's pipeline id, model and (if unset) system prompt first.
     pub async fn prepare(&self, mut turn: Turn) -> Prepared {
