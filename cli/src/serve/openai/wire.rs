@@ -227,7 +227,7 @@ pub(crate) struct Model<'a> {
     pub(crate) id: &'a str,
     /// Always `model`.
     pub(crate) object: &'static str,
-    /// Unix seconds: when this instance started.
+    /// Unix seconds: the time of the answer (a pipeline has no creation time).
     pub(crate) created: u64,
     /// Always `hostpipe`.
     pub(crate) owned_by: &'static str,
