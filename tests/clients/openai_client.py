@@ -1,12 +1,13 @@
 """A platform's "OpenAI-compatible provider" pointed at hostpipe: the official `openai`
 Python SDK with a base URL, a key and a model name (the pipeline id), nothing else.
 
-    python openai_client.py BASE_URL PIPELINE    (key in $HOSTPIPE_TOKEN)
+    python openai_client.py BASE_URL PIPELINE [LIMITED]    (key in $HOSTPIPE_TOKEN)
 
 Lists the models, asks once without streaming (with `X-Conversation-Id`, a system
 message and one earlier exchange), once streaming with `include_usage`, then asks for
 a model that does not exist, with a key that is wrong, with `n=2` and with the caller's
-own tools, and prints one JSON document of what it saw. The e2e test checks the values.
+own tools, and (given LIMITED, a pipeline whose upstream answers 429) once more without
+retries; prints one JSON document of what it saw. The e2e test checks the values.
 """
 import json
 import os
@@ -99,6 +100,20 @@ def main():
     out["caller_tools"] = error_of(
         lambda: client.chat.completions.create(model=pipeline, messages=ask, tools=[tool])
     )
+    if len(sys.argv) > 3:
+        once = openai.OpenAI(
+            base_url=f"{base}/v1", api_key=os.environ["HOSTPIPE_TOKEN"], max_retries=0
+        )
+        try:
+            once.chat.completions.create(model=sys.argv[3], messages=ask)
+            out["rate_limited"] = None
+        except openai.RateLimitError as e:
+            out["rate_limited"] = {
+                "class": type(e).__name__,
+                "status": e.status_code,
+                "code": e.body.get("code") if isinstance(e.body, dict) else None,
+                "retry_after": e.response.headers.get("retry-after"),
+            }
     json.dump(out, sys.stdout)
 
 

@@ -12,11 +12,12 @@ use hostpipe_tests::{ADMIN_TOKEN, Service, root};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer};
+use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// Pipeline `assistant`: the demo server bound, its `demo://config/app.json` attached,
-/// the `local` runner on `upstream` (model `gpt-upstream`).
-fn write_config(dir: &Path, upstream: &str) -> PathBuf {
+/// the `local` runner on `upstream` (model `gpt-upstream`); pipeline `limited`: the
+/// `local` runner on `limited` without retries.
+fn write_config(dir: &Path, upstream: &str, limited: &str) -> PathBuf {
     let text = format!(
         r#"
 [mcp_servers.demo]
@@ -39,6 +40,16 @@ attachments = [{{ server = "demo", uri = "demo://config/app.json" }}]
 base_url = "{upstream}/v1"
 model = "gpt-upstream"
 api_key_env = "HOSTPIPE_TEST_UPSTREAM_KEY"
+
+[pipelines.limited]
+stages = []
+runner = "local"
+
+[pipelines.limited.local]
+base_url = "{limited}/v1"
+model = "gpt-upstream"
+api_key_env = "HOSTPIPE_TEST_UPSTREAM_KEY"
+max_retries = 0
 "#,
         exe = hostpipe_tests::hostpipe_bin(),
     );
@@ -83,8 +94,19 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
         .respond_with(api.clone())
         .mount(&upstream)
         .await;
+    // Another upstream keeps answering 429, asking for 7 s.
+    let limited = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(429)
+                .insert_header("retry-after", "7")
+                .set_body_json(json!({"error": {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded"}})),
+        )
+        .mount(&limited)
+        .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &upstream.uri());
+    let config = write_config(dir.path(), &upstream.uri(), &limited.uri());
     let secret = "sk-upstream-secret-0123456789";
     let svc = Service::start_with_env(
         &config,
@@ -99,6 +121,7 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
             .arg(root().join("tests/clients/openai_client.py"))
             .arg(&svc.base)
             .arg("assistant")
+            .arg("limited")
             .env("HOSTPIPE_TOKEN", ADMIN_TOKEN)
             .output(),
     )
@@ -109,7 +132,7 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
     assert!(out.status.success(), "{stderr}");
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
 
-    assert_eq!(doc["models"], json!(["assistant"]));
+    assert_eq!(doc["models"], json!(["assistant", "limited"]));
     // Not streamed: one `chat.completion` of the pipeline, usage from upstream.
     let c = &doc["completion"];
     assert_eq!(c["object"], "chat.completion");
@@ -143,6 +166,11 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
     assert_eq!(doc["n_2"]["param"], "n");
     assert_eq!(doc["caller_tools"]["class"], "BadRequestError");
     assert_eq!(doc["caller_tools"]["param"], "tools");
+    // The upstream's rate limit reaches the caller as one, with its `Retry-After`.
+    assert_eq!(
+        doc["rate_limited"],
+        json!({"class": "RateLimitError", "status": 429, "code": "rate_limit_exceeded", "retry_after": "7"})
+    );
 
     // Upstream got exactly the two turns (the refused requests never reached it), each
     // for the pipeline's upstream model, the attached resource inside its fence.

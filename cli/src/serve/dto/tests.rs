@@ -68,6 +68,7 @@ fn outcome() -> TurnOutcome {
             }],
         }),
         status: hostpipe_engine::TurnStatus::Completed,
+        runner_failure: None,
         trace: Trace::new(),
     }
 }

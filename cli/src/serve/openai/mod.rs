@@ -19,7 +19,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hostpipe_core::{HistoryMessage, Role, Turn};
-use hostpipe_engine::{TurnOutcome, TurnStatus};
+use hostpipe_engine::{RunnerFailure, TurnOutcome, TurnStatus};
 
 use self::wire::{
     ChatCompletion, ChatRequest, Choice, Content, FinishReason, InMessage, Model, ModelList,
@@ -177,16 +177,34 @@ fn joined(
 }
 
 /// Whether `outcome` is an answer (the runner's, or a stage's that ended the turn), or
-/// the error it is: 502 `upstream_error` when the runner failed (its upstream model
-/// most often), 500 `stage_failed`, 504 `turn_timeout`.
+/// the error it is: when the runner failed, 429 `rate_limit_exceeded` (its upstream
+/// kept answering 429; `Retry-After` passed on), 400 `context_length_exceeded`, 504
+/// `upstream_timeout`, else 502 `upstream_error` (the upstream's refusal of the
+/// pipeline's own key too: the caller's key was fine); 500 `stage_failed`; 504
+/// `turn_timeout`.
 fn answerable(outcome: &TurnOutcome) -> Result<(), OpenAiError> {
-    let (status, code) = match outcome.status {
-        TurnStatus::Completed | TurnStatus::Ended => return Ok(()),
-        TurnStatus::RunnerFailed => (StatusCode::BAD_GATEWAY, "upstream_error"),
-        TurnStatus::StageFailed => (StatusCode::INTERNAL_SERVER_ERROR, "stage_failed"),
-        TurnStatus::TimedOut => (StatusCode::GATEWAY_TIMEOUT, "turn_timeout"),
+    let (status, code) = match (outcome.status, outcome.runner_failure) {
+        (TurnStatus::Completed | TurnStatus::Ended, _) => return Ok(()),
+        (TurnStatus::RunnerFailed, Some(RunnerFailure::RateLimited { .. })) => {
+            (StatusCode::TOO_MANY_REQUESTS, "rate_limit_exceeded")
+        }
+        (TurnStatus::RunnerFailed, Some(RunnerFailure::ContextTooLong)) => {
+            (StatusCode::BAD_REQUEST, "context_length_exceeded")
+        }
+        (TurnStatus::RunnerFailed, Some(RunnerFailure::Timeout)) => {
+            (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
+        }
+        (TurnStatus::RunnerFailed, _) => (StatusCode::BAD_GATEWAY, "upstream_error"),
+        (TurnStatus::StageFailed, _) => (StatusCode::INTERNAL_SERVER_ERROR, "stage_failed"),
+        (TurnStatus::TimedOut, _) => (StatusCode::GATEWAY_TIMEOUT, "turn_timeout"),
     };
-    Err(ApiError::new(status, code, outcome.reply.clone()).into())
+    let error = OpenAiError::from(ApiError::new(status, code, outcome.reply.clone()));
+    Err(match outcome.runner_failure {
+        Some(RunnerFailure::RateLimited {
+            retry_after: Some(after),
+        }) => error.retry_after(after),
+        _ => error,
+    })
 }
 
 /// The conversation id: the `X-Conversation-Id` header, else `metadata.conversation_id`,

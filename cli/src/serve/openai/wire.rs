@@ -85,7 +85,6 @@ pub(crate) enum InMessage {
     /// A tool's result.
     Tool {
         /// The call it answers.
-        #[allow(dead_code)]
         tool_call_id: String,
     },
 }
@@ -244,6 +243,8 @@ pub(crate) struct OpenAiError {
     error: ApiError,
     /// The request field at fault, when one is.
     param: Option<String>,
+    /// `Retry-After` (a 429), whole seconds.
+    retry_after: Option<u64>,
 }
 
 impl OpenAiError {
@@ -252,12 +253,20 @@ impl OpenAiError {
         Self {
             error: ApiError::bad_request(message),
             param: Some(param.into()),
+            retry_after: None,
         }
     }
 
     /// The error, naming `param`.
     pub(crate) fn with_param(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into());
+        self
+    }
+
+    /// The error, with `Retry-After` (rounded up to whole seconds).
+    pub(crate) fn retry_after(mut self, after: std::time::Duration) -> Self {
+        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        self.retry_after = Some(secs);
         self
     }
 
@@ -285,12 +294,22 @@ impl OpenAiError {
 
 impl From<ApiError> for OpenAiError {
     fn from(error: ApiError) -> Self {
-        Self { error, param: None }
+        Self {
+            error,
+            param: None,
+            retry_after: None,
+        }
     }
 }
 
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
-        self.error.respond(self.body())
+        let mut response = self.error.respond(self.body());
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
