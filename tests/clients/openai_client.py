@@ -104,16 +104,21 @@ def main():
         once = openai.OpenAI(
             base_url=f"{base}/v1", api_key=os.environ["HOSTPIPE_TOKEN"], max_retries=0
         )
-        try:
-            once.chat.completions.create(model=sys.argv[3], messages=ask)
-            out["rate_limited"] = None
-        except openai.RateLimitError as e:
-            out["rate_limited"] = {
-                "class": type(e).__name__,
-                "status": e.status_code,
-                "code": e.body.get("code") if isinstance(e.body, dict) else None,
-                "retry_after": e.response.headers.get("retry-after"),
-            }
+        for key, stream in (("rate_limited", False), ("rate_limited_stream", True)):
+            try:
+                answer = once.chat.completions.create(
+                    model=sys.argv[3], messages=ask, stream=stream
+                )
+                if stream:
+                    list(answer)
+                out[key] = None
+            except openai.RateLimitError as e:
+                out[key] = {
+                    "class": type(e).__name__,
+                    "status": e.status_code,
+                    "code": e.body.get("code") if isinstance(e.body, dict) else None,
+                    "retry_after": e.response.headers.get("retry-after"),
+                }
     json.dump(out, sys.stdout)
 
 

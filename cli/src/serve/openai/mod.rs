@@ -126,7 +126,7 @@ pub(crate) async fn chat_completions(
             created: unix_now(),
             include_usage,
         };
-        return Ok(chunks.respond(rx, task));
+        return chunks.start(rx, task).await;
     }
     let run = TurnRun::own_runner(
         Arc::clone(&state),

@@ -2,12 +2,14 @@
 //! objects, sent as server-sent events `data: {…}` and ended by `data: [DONE]` (API
 //! reference: "Chat Completions", streaming; `stream_options.include_usage`).
 //!
-//! The first chunk carries `delta.role`; each runner `message_delta` becomes a chunk
-//! with `delta.content`; the last content chunk has `finish_reason`; with
+//! The response head waits for the turn's first text: a turn that fails before any is
+//! answered as a request that does not stream (its status, an OpenAI error body). Then
+//! the first chunk carries `delta.role` and that text; each runner `message_delta`
+//! becomes a chunk with `delta.content`; a chunk with `finish_reason` follows; with
 //! `include_usage`, one more chunk with empty `choices` and `usage`. A turn that fails
-//! once the stream has started ends with one `data: {"error": {…}}` event (what the
-//! OpenAI SDKs raise as an `APIError`) and no `[DONE]`. A turn a stage ended without
-//! the runner sends the stage's reply as one chunk.
+//! after its first text ends with one `data: {"error": {…}}` event (what the OpenAI
+//! SDKs raise as an `APIError`) and no `[DONE]`. A turn a stage ended without the
+//! runner sends the stage's reply as one chunk.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -37,8 +39,8 @@ pub(super) struct Chunks {
 
 /// Where the stream is.
 enum Phase {
-    /// Before the first chunk.
-    Start,
+    /// Before the first chunk; the turn's first text, if it had one.
+    Start { first: Option<String> },
     /// Content chunks; whether one carried text.
     Content { sent_text: bool },
     /// The last events are out.
@@ -47,16 +49,56 @@ enum Phase {
 
 type Task = JoinHandle<Result<TurnOutcome, ApiError>>;
 
+/// Where the turn's outcome comes from.
+enum End {
+    /// The turn's task, still running.
+    Task(Task),
+    /// The turn ended before its first text.
+    Ready(TurnOutcome),
+}
+
 impl Chunks {
-    /// The SSE response: chunks from the turn's events `rx`, then the end from the
-    /// outcome of `task`; a keep-alive comment every 15 s.
-    pub(super) fn respond(self, rx: mpsc::Receiver<TurnEvent>, task: Task) -> Response {
-        let state = (self, rx, Some(task), Phase::Start);
+    /// The answer to a streamed request: waits for the turn's first text, so that a
+    /// turn that fails before any (an upstream that refuses, a stage that fails) is
+    /// answered with its own status and error body, as a request that does not stream
+    /// is; then the SSE stream ([`Chunks::respond`]).
+    ///
+    /// # Errors
+    /// The turn's error, when it failed before its first text.
+    pub(super) async fn start(
+        self,
+        mut rx: mpsc::Receiver<TurnEvent>,
+        task: Task,
+    ) -> Result<Response, OpenAiError> {
+        loop {
+            match rx.recv().await {
+                Some(TurnEvent::Run(RunEvent::MessageDelta { text })) if !text.is_empty() => {
+                    return Ok(self.respond(rx, End::Task(task), Some(text)));
+                }
+                Some(_) => {}
+                None => {
+                    let outcome = joined(task.await)?;
+                    answerable(&outcome)?;
+                    return Ok(self.respond(rx, End::Ready(outcome), None));
+                }
+            }
+        }
+    }
+
+    /// The SSE response: the role chunk with `first`, chunks from the turn's events
+    /// `rx`, then the end from `end`; a keep-alive comment every 15 s.
+    fn respond(self, rx: mpsc::Receiver<TurnEvent>, end: End, first: Option<String>) -> Response {
+        let state = (self, rx, Some(end), Phase::Start { first });
         let events =
-            futures_util::stream::unfold(state, |(chunks, mut rx, mut task, phase)| async move {
+            futures_util::stream::unfold(state, |(chunks, mut rx, mut end, phase)| async move {
                 let (events, phase) = match phase {
                     Phase::Done => return None,
-                    Phase::Start => (vec![chunks.role()], Phase::Content { sent_text: false }),
+                    Phase::Start { first } => {
+                        let mut events = vec![chunks.role()];
+                        events.extend(first.as_deref().map(|t| chunks.content(t)));
+                        let sent_text = first.is_some();
+                        (events, Phase::Content { sent_text })
+                    }
                     Phase::Content { sent_text } => match rx.recv().await {
                         Some(TurnEvent::Run(RunEvent::MessageDelta { text }))
                             if !text.is_empty() =>
@@ -68,8 +110,9 @@ impl Chunks {
                         }
                         Some(_) => (Vec::new(), Phase::Content { sent_text }),
                         None => {
-                            let outcome = match task.take() {
-                                Some(t) => joined(t.await),
+                            let outcome = match end.take() {
+                                Some(End::Task(t)) => joined(t.await),
+                                Some(End::Ready(o)) => Ok(o),
                                 None => return None,
                             };
                             (chunks.end(outcome, sent_text), Phase::Done)
@@ -77,10 +120,7 @@ impl Chunks {
                     },
                 };
                 let events = events.into_iter().map(Ok::<_, Infallible>);
-                Some((
-                    futures_util::stream::iter(events),
-                    (chunks, rx, task, phase),
-                ))
+                Some((futures_util::stream::iter(events), (chunks, rx, end, phase)))
             });
         let events = futures_util::StreamExt::flatten(events);
         Sse::new(events)
