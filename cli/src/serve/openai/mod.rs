@@ -292,23 +292,56 @@ fn turn_from(
             "the caller's own tools are not supported yet: the pipeline's MCP tools run inside hostpipe; send no `tools`",
         ));
     }
+    if body
+        .user
+        .as_ref()
+        .is_some_and(|u| u.len() > hostpipe_engine::store::MAX_ID_BYTES)
+    {
+        return Err(OpenAiError::invalid(
+            "user",
+            format!(
+                "`user` must be at most {} bytes",
+                hostpipe_engine::store::MAX_ID_BYTES
+            ),
+        ));
+    }
     let conversation = conversation_id(headers, &body)?;
     let Some((last, earlier)) = body.messages.split_last() else {
         return Err(OpenAiError::invalid("messages", "`messages` is empty"));
     };
-    let last_index = earlier.len();
+    let message = user_message(last, earlier.len())?;
+    let (system, history) = earlier_messages(earlier)?;
+    let mut turn = Turn::new(p.id(), message);
+    turn.ids.conversation = conversation;
+    turn.ids.message = format!("openai-{}", uuid::Uuid::new_v4());
+    turn.sender = body.user;
+    turn.history = history;
+    if !system.is_empty() {
+        // The pipeline's instructions first: the caller's cannot replace them.
+        let own = p.system_prompt().map(str::to_owned);
+        turn.system_prompt = Some(
+            own.into_iter()
+                .chain(system)
+                .collect::<Vec<_>>()
+                .join("\n\n"),
+        );
+    }
+    Ok(turn)
+}
+
+/// The text of the last message, `messages[index]`: a user's, not blank, at most
+/// [`MAX_MESSAGE_BYTES`] (else 413 `message_too_large`).
+fn user_message(last: &InMessage, index: usize) -> Result<String, OpenAiError> {
     let InMessage::User { content } = last else {
         return Err(OpenAiError::invalid(
-            format!("messages[{last_index}]"),
-            format!("messages[{last_index}]: the last message must be the user's"),
+            format!("messages[{index}]"),
+            format!("messages[{index}]: the last message must be the user's"),
         ));
     };
-    let message = text_of(content, &format!("messages[{last_index}].content"))?;
+    let param = format!("messages[{index}].content");
+    let message = text_of(content, &param)?;
     if message.trim().is_empty() {
-        return Err(OpenAiError::invalid(
-            format!("messages[{last_index}].content"),
-            "the user's message is empty",
-        ));
+        return Err(OpenAiError::invalid(param, "the user's message is empty"));
     }
     if message.len() > MAX_MESSAGE_BYTES {
         return Err(OpenAiError::from(ApiError::new(
@@ -319,8 +352,17 @@ fn turn_from(
                 message.len()
             ),
         ))
-        .with_param(format!("messages[{last_index}].content")));
+        .with_param(param));
     }
+    Ok(message)
+}
+
+/// The messages before the last: the system and developer texts, in order, and the
+/// history. Caller tool exchanges (assistant `tool_calls`, `tool` messages) are refused
+/// until the caller's own tools are supported.
+fn earlier_messages(
+    earlier: &[InMessage],
+) -> Result<(Vec<String>, Vec<HistoryMessage>), OpenAiError> {
     let mut system = Vec::new();
     let mut history = Vec::new();
     for (i, m) in earlier.iter().enumerate() {
@@ -364,20 +406,8 @@ fn turn_from(
             }
         }
     }
-    let mut turn = Turn::new(p.id(), message);
-    turn.ids.conversation = conversation;
-    turn.ids.message = format!("openai-{}", uuid::Uuid::new_v4());
-    turn.sender = body.user;
-    turn.history = history;
-    if !system.is_empty() {
-        // The pipeline's instructions first: the caller's cannot replace them.
-        let own = p.system_prompt().map(str::to_owned);
-        turn.system_prompt = Some(
-            own.into_iter()
-                .chain(system)
-                .collect::<Vec<_>>()
-                .join("\n\n"),
-        );
-    }
-    Ok(turn)
+    Ok((system, history))
 }
+
+#[cfg(test)]
+mod tests;
