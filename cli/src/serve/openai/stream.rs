@@ -54,7 +54,7 @@ enum End {
     /// The turn's task, still running.
     Task(Task),
     /// The turn ended before its first text.
-    Ready(TurnOutcome),
+    Ready(Box<TurnOutcome>),
 }
 
 impl Chunks {
@@ -79,7 +79,7 @@ impl Chunks {
                 None => {
                     let outcome = joined(task.await)?;
                     answerable(&outcome)?;
-                    return Ok(self.respond(rx, End::Ready(outcome), None));
+                    return Ok(self.respond(rx, End::Ready(Box::new(outcome)), None));
                 }
             }
         }
@@ -112,7 +112,7 @@ impl Chunks {
                         None => {
                             let outcome = match end.take() {
                                 Some(End::Task(t)) => joined(t.await),
-                                Some(End::Ready(o)) => Ok(o),
+                                Some(End::Ready(o)) => Ok(*o),
                                 None => return None,
                             };
                             (chunks.end(outcome, sent_text), Phase::Done)
