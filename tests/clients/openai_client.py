@@ -1,13 +1,15 @@
 """A platform's "OpenAI-compatible provider" pointed at hostpipe: the official `openai`
 Python SDK with a base URL, a key and a model name (the pipeline id), nothing else.
 
-    python openai_client.py BASE_URL PIPELINE [LIMITED]    (key in $HOSTPIPE_TOKEN)
+    python openai_client.py BASE_URL PIPELINE [LIMITED [TOOLED]]    (key in $HOSTPIPE_TOKEN)
 
 Lists the models, asks once without streaming (with `X-Conversation-Id`, a system
 message and one earlier exchange), once streaming with `include_usage`, then asks for
-a model that does not exist, with a key that is wrong, with `n=2` and with the caller's
-own tools, and (given LIMITED, a pipeline whose upstream answers 429) once more without
-retries; prints one JSON document of what it saw. The e2e test checks the values.
+a model that does not exist, with a key that is wrong, with `n=2` and with a tool that
+is not a function, and (given LIMITED, a pipeline whose upstream answers 429) once more without
+retries, and (given TOOLED, a pipeline whose model calls the caller's `lookup` tool)
+gets the call, sends its result back and gets the answer, then gets the call streamed;
+prints one JSON document of what it saw. The e2e test checks the values.
 """
 import json
 import os
@@ -96,9 +98,10 @@ def main():
     out["n_2"] = error_of(
         lambda: client.chat.completions.create(model=pipeline, messages=ask, n=2)
     )
-    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
-    out["caller_tools"] = error_of(
-        lambda: client.chat.completions.create(model=pipeline, messages=ask, tools=[tool])
+    out["not_a_function"] = error_of(
+        lambda: client.chat.completions.create(
+            model=pipeline, messages=ask, tools=[{"type": "web_search"}]
+        )
     )
     if len(sys.argv) > 3:
         once = openai.OpenAI(
@@ -119,7 +122,60 @@ def main():
                     "code": e.body.get("code") if isinstance(e.body, dict) else None,
                     "retry_after": e.response.headers.get("retry-after"),
                 }
+    if len(sys.argv) > 4:
+        out["caller_tools"] = caller_tools(client, sys.argv[4])
     json.dump(out, sys.stdout)
+
+
+LOOKUP = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Looks up a region",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+    },
+}
+
+
+def caller_tools(client, pipeline):
+    """The caller's own tool: called, answered, continued; then the call streamed."""
+    ask = [{"role": "user", "content": "Which regions are in beta?"}]
+    first = client.chat.completions.create(model=pipeline, messages=ask, tools=[LOOKUP])
+    message = first.choices[0].message
+    calls = [
+        {"id": c.id, "type": c.type, "name": c.function.name, "arguments": c.function.arguments}
+        for c in message.tool_calls or []
+    ]
+    followed = ask + [
+        message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": calls[0]["id"], "content": "ap-east: beta"},
+    ]
+    second = client.chat.completions.create(model=pipeline, messages=followed, tools=[LOOKUP])
+    streamed, finish = {}, []
+    for chunk in client.chat.completions.create(
+        model=pipeline, messages=ask, tools=[LOOKUP], stream=True
+    ):
+        for choice in chunk.choices:
+            for c in choice.delta.tool_calls or []:
+                entry = streamed.setdefault(c.index, {"id": None, "name": "", "arguments": ""})
+                entry["id"] = c.id or entry["id"]
+                if c.function:
+                    entry["name"] += c.function.name or ""
+                    entry["arguments"] += c.function.arguments or ""
+            if choice.finish_reason:
+                finish.append(choice.finish_reason)
+    return {
+        "first": {
+            "finish_reason": first.choices[0].finish_reason,
+            "content": message.content,
+            "calls": calls,
+        },
+        "second": {
+            "finish_reason": second.choices[0].finish_reason,
+            "content": second.choices[0].message.content,
+        },
+        "streamed": {"calls": [streamed[i] for i in sorted(streamed)], "finish_reasons": finish},
+    }
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hostpipe_tests::openai_api::{ChatCompletions, stream};
+use hostpipe_tests::openai_api::{ChatCompletions, answer, stream, tool_call};
 use hostpipe_tests::{ADMIN_TOKEN, Service, root};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -16,8 +16,9 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// Pipeline `assistant`: the demo server bound, its `demo://config/app.json` attached,
 /// the `local` runner on `upstream` (model `gpt-upstream`); pipeline `limited`: the
-/// `local` runner on `limited` without retries.
-fn write_config(dir: &Path, upstream: &str, limited: &str) -> PathBuf {
+/// `local` runner on `limited` without retries; pipeline `tooled`: like `assistant`
+/// with the demo server's tools, on `tooled` (not streamed).
+fn write_config(dir: &Path, upstream: &str, limited: &str, tooled: &str) -> PathBuf {
     let text = format!(
         r#"
 [mcp_servers.demo]
@@ -50,6 +51,23 @@ base_url = "{limited}/v1"
 model = "gpt-upstream"
 api_key_env = "HOSTPIPE_TEST_UPSTREAM_KEY"
 max_retries = 0
+
+[pipelines.tooled]
+stages = ["bind_mcp_servers", "resource_context_injection", "tool_assembly"]
+runner = "local"
+
+[pipelines.tooled.bind_mcp_servers]
+servers = ["demo"]
+
+[pipelines.tooled.resource_context_injection]
+budget_tokens = 2000
+attachments = [{{ server = "demo", uri = "demo://config/app.json" }}]
+
+[pipelines.tooled.local]
+base_url = "{tooled}/v1"
+model = "gpt-upstream"
+api_key_env = "HOSTPIPE_TEST_UPSTREAM_KEY"
+stream = false
 "#,
         exe = hostpipe_tests::hostpipe_bin(),
     );
@@ -105,8 +123,21 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
         )
         .mount(&limited)
         .await;
+    // A third: the model calls the caller's `lookup`, answers once it has the result,
+    // then calls it again (the streamed request).
+    let tooled = MockServer::start().await;
+    let tooled_api = ChatCompletions::new(vec![
+        tool_call("call_7", "caller__lookup", r#"{"q":"beta"}"#),
+        answer("Only ap-east is in beta."),
+        tool_call("call_8", "caller__lookup", r#"{"q":"beta"}"#),
+    ]);
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(tooled_api.clone())
+        .mount(&tooled)
+        .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &upstream.uri(), &limited.uri());
+    let config = write_config(dir.path(), &upstream.uri(), &limited.uri(), &tooled.uri());
     let secret = "sk-upstream-secret-0123456789";
     let svc = Service::start_with_env(
         &config,
@@ -122,6 +153,7 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
             .arg(&svc.base)
             .arg("assistant")
             .arg("limited")
+            .arg("tooled")
             .env("HOSTPIPE_TOKEN", ADMIN_TOKEN)
             .output(),
     )
@@ -132,7 +164,7 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
     assert!(out.status.success(), "{stderr}");
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
 
-    assert_eq!(doc["models"], json!(["assistant", "limited"]));
+    assert_eq!(doc["models"], json!(["assistant", "limited", "tooled"]));
     // Not streamed: one `chat.completion` of the pipeline, usage from upstream.
     let c = &doc["completion"];
     assert_eq!(c["object"], "chat.completion");
@@ -164,8 +196,7 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
     );
     assert_eq!(doc["n_2"]["class"], "BadRequestError");
     assert_eq!(doc["n_2"]["param"], "n");
-    assert_eq!(doc["caller_tools"]["class"], "BadRequestError");
-    assert_eq!(doc["caller_tools"]["param"], "tools");
+    assert_eq!(doc["not_a_function"]["class"], "BadRequestError");
     // The upstream's rate limit reaches the caller as one, with its `Retry-After`,
     // streamed or not (a stream's head waits for the first text).
     let limited = json!({"class": "RateLimitError", "status": 429, "code": "rate_limit_exceeded", "retry_after": "7"});
@@ -225,6 +256,62 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
         assert!(!records.is_empty(), "{conversation}: {page}");
         assert!(records.iter().all(|r| r["pipeline"] == "assistant"));
     }
+
+    // The caller's own tool: its call came back under the caller's name, the result
+    // continued the turn, and the streamed call came whole before `tool_calls`.
+    let t = &doc["caller_tools"];
+    assert_eq!(t["first"]["finish_reason"], "tool_calls", "{t}");
+    assert_eq!(t["first"]["content"], Value::Null);
+    assert_eq!(
+        t["first"]["calls"],
+        json!([{"id": "call_7", "type": "function", "name": "lookup", "arguments": r#"{"q":"beta"}"#}])
+    );
+    assert_eq!(t["second"]["finish_reason"], "stop");
+    assert_eq!(t["second"]["content"], "Only ap-east is in beta.");
+    assert_eq!(
+        t["streamed"],
+        json!({"calls": [{"id": "call_8", "name": "lookup", "arguments": r#"{"q":"beta"}"#}], "finish_reasons": ["tool_calls"]})
+    );
+    let forwarded = tooled_api.requests();
+    assert_eq!(forwarded.len(), 3, "{forwarded:#?}");
+    // Upstream got the caller's tool, namespaced, beside the pipeline's MCP tools, and
+    // the resource in its fence.
+    let tools = forwarded[0]["tools"].as_array().unwrap();
+    let lookup = tools
+        .iter()
+        .find(|t| t["function"]["name"] == "caller__lookup")
+        .unwrap_or_else(|| panic!("{tools:#?}"));
+    assert_eq!(lookup["function"]["description"], "Looks up a region");
+    assert_eq!(
+        lookup["function"]["parameters"],
+        json!({"type": "object", "properties": {"q": {"type": "string"}}})
+    );
+    assert!(tools.iter().any(|t| {
+        t["function"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("demo__")
+    }));
+    assert!(fenced(
+        system_text(&forwarded[0]),
+        "demo://config/app.json",
+        "\"qwen2.5-72b\""
+    ));
+    // The continuation: the user's message, the call, the caller's result.
+    let messages = forwarded[1]["messages"].as_array().unwrap();
+    let tail = &messages[messages.len() - 3..];
+    assert_eq!(tail[0]["role"], "user");
+    assert_eq!(tail[0]["content"], "Which regions are in beta?");
+    assert_eq!(tail[1]["role"], "assistant");
+    assert_eq!(tail[1]["tool_calls"][0]["id"], "call_7");
+    assert_eq!(
+        tail[1]["tool_calls"][0]["function"]["name"],
+        "caller__lookup"
+    );
+    assert_eq!(
+        tail[2],
+        json!({"role": "tool", "tool_call_id": "call_7", "content": "ap-east: beta"})
+    );
 
     // The upstream key never reaches the caller or the log.
     let log = std::fs::read_to_string(&svc.log).unwrap();

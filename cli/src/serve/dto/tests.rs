@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::super::openai::wire::{
     ChatCompletion, Choice, Chunk, ChunkChoice, Delta, FinishReason, Model, ModelList, OpenAiError,
-    OutMessage, Usage,
+    OutFunctionCall, OutMessage, OutToolCall, Usage,
 };
 use super::*;
 
@@ -508,7 +508,16 @@ fn samples() -> Vec<(&'static str, &'static str, &'static str, Value)> {
                     index: 0,
                     message: OutMessage {
                         role: "assistant",
-                        content: "hello",
+                        content: Some("hello"),
+                        tool_calls: vec![OutToolCall {
+                            index: None,
+                            id: "call_1".into(),
+                            kind: "function",
+                            function: OutFunctionCall {
+                                name: "lookup".into(),
+                                arguments: "{}".into(),
+                            },
+                        }],
                         refusal: None,
                     },
                     finish_reason: FinishReason::Stop,
@@ -567,6 +576,15 @@ fn chat_completion_chunks_match_the_openapi_document() {
             delta: Delta {
                 role: Some("assistant"),
                 content: Some("hi"),
+                tool_calls: vec![OutToolCall {
+                    index: Some(0),
+                    id: "call_1".into(),
+                    kind: "function",
+                    function: OutFunctionCall {
+                        name: "lookup".into(),
+                        arguments: "{}".into(),
+                    },
+                }],
             },
             finish_reason: None,
         }],

@@ -6,10 +6,13 @@
 //! A request becomes a [`Turn`] of the pipeline its `model` names ([`turn_from`]); the
 //! turn runs as a `/v1/turns` turn does (the same stages, runner, timeouts, history and
 //! shutdown: [`TurnRun`]), and its outcome is answered as a `chat.completion`, or as
-//! `chat.completion.chunk`s while it runs ([`stream`]). Errors are OpenAI-shaped
-//! ([`wire::OpenAiError`]), the bearer tokens those of the rest of `/v1`.
+//! `chat.completion.chunk`s while it runs ([`stream`]). The caller's own `tools` join
+//! the turn's, namespaced; a call of one comes back to the caller ([`tools`]). Errors
+//! are OpenAI-shaped ([`wire::OpenAiError`]), the bearer tokens those of the rest of
+//! `/v1`.
 
 mod stream;
+mod tools;
 pub(crate) mod wire;
 
 use std::sync::Arc;
@@ -97,6 +100,16 @@ pub(crate) async fn chat_completions(
             "request fields ignored: the pipeline's runner section decides them"
         );
     }
+    if !body.tools.is_empty() && p.runner_name() != "local" {
+        return Err(OpenAiError::invalid(
+            "tools",
+            format!(
+                "pipeline `{}` runs with runner `{}`: the caller's own tools need the `local` runner",
+                p.id(),
+                p.runner_name()
+            ),
+        ));
+    }
     let pipeline_id = p.id().to_owned();
     let runner = p.runner_name().to_owned();
     let include_usage = body
@@ -105,6 +118,7 @@ pub(crate) async fn chat_completions(
         .is_some_and(|o| o.include_usage);
     let stream = body.stream;
     let turn = turn_from(p, &headers, body)?;
+    let offered: Vec<String> = turn.caller_tools.iter().map(|t| t.name.clone()).collect();
     let turn_id = turn.trace.turn_id().to_owned();
     let completion_id = format!("chatcmpl-{turn_id}");
     if stream {
@@ -125,6 +139,7 @@ pub(crate) async fn chat_completions(
             model: pipeline_id,
             created: unix_now(),
             include_usage,
+            offered,
         };
         return chunks.start(rx, task).await;
     }
@@ -141,6 +156,12 @@ pub(crate) async fn chat_completions(
         .spawn(async move { run.outcome(turn).await });
     let outcome = joined(task.await)?;
     answerable(&outcome)?;
+    let tool_calls = tools::calls(&outcome, &offered);
+    let finish_reason = if tool_calls.is_empty() {
+        FinishReason::Stop
+    } else {
+        FinishReason::ToolCalls
+    };
     let completion = ChatCompletion {
         id: &completion_id,
         object: "chat.completion",
@@ -150,10 +171,12 @@ pub(crate) async fn chat_completions(
             index: 0,
             message: OutMessage {
                 role: "assistant",
-                content: &outcome.reply,
+                content: Some(outcome.reply.as_str())
+                    .filter(|r| tool_calls.is_empty() || !r.is_empty()),
+                tool_calls,
                 refusal: None,
             },
-            finish_reason: FinishReason::Stop,
+            finish_reason,
         }],
         usage: outcome.run.as_ref().and_then(|r| r.usage).map(Into::into),
     };
@@ -286,12 +309,6 @@ fn turn_from(
     if body.n.is_some_and(|n| n != 1) {
         return Err(OpenAiError::invalid("n", "only `n: 1` is supported"));
     }
-    if !body.tools.is_empty() {
-        return Err(OpenAiError::invalid(
-            "tools",
-            "the caller's own tools are not supported yet: the pipeline's MCP tools run inside hostpipe; send no `tools`",
-        ));
-    }
     if body
         .user
         .as_ref()
@@ -306,16 +323,27 @@ fn turn_from(
         ));
     }
     let conversation = conversation_id(headers, &body)?;
-    let Some((last, earlier)) = body.messages.split_last() else {
-        return Err(OpenAiError::invalid("messages", "`messages` is empty"));
+    let Some(at) = body
+        .messages
+        .iter()
+        .rposition(|m| matches!(m, InMessage::User { .. }))
+    else {
+        return Err(OpenAiError::invalid(
+            "messages",
+            "`messages` has no user message",
+        ));
     };
-    let message = user_message(last, earlier.len())?;
-    let (system, history) = earlier_messages(earlier)?;
+    let message = user_message(&body.messages[at], at)?;
+    let (system, history) = earlier_messages(&body.messages[..at])?;
+    let caller_tools = tools::offered(&body.tools)?;
+    let caller_rounds = tools::rounds(&body.messages[at + 1..], at + 1, &caller_tools)?;
     let mut turn = Turn::new(p.id(), message);
     turn.ids.conversation = conversation;
     turn.ids.message = format!("openai-{}", uuid::Uuid::new_v4());
     turn.sender = body.user;
     turn.history = history;
+    turn.caller_tools = caller_tools;
+    turn.caller_rounds = caller_rounds;
     if !system.is_empty() {
         // The pipeline's instructions first: the caller's cannot replace them.
         let own = p.system_prompt().map(str::to_owned);
@@ -329,13 +357,13 @@ fn turn_from(
     Ok(turn)
 }
 
-/// The text of the last message, `messages[index]`: a user's, not blank, at most
+/// The text of the last user message, `messages[index]`: not blank, at most
 /// [`MAX_MESSAGE_BYTES`] (else 413 `message_too_large`).
 fn user_message(last: &InMessage, index: usize) -> Result<String, OpenAiError> {
     let InMessage::User { content } = last else {
         return Err(OpenAiError::invalid(
             format!("messages[{index}]"),
-            format!("messages[{index}]: the last message must be the user's"),
+            format!("messages[{index}]: not a user message"),
         ));
     };
     let param = format!("messages[{index}].content");
@@ -357,9 +385,9 @@ fn user_message(last: &InMessage, index: usize) -> Result<String, OpenAiError> {
     Ok(message)
 }
 
-/// The messages before the last: the system and developer texts, in order, and the
-/// history. Caller tool exchanges (assistant `tool_calls`, `tool` messages) are refused
-/// until the caller's own tools are supported.
+/// The messages before the last user message: the system and developer texts, in
+/// order, and the history. Tool exchanges of earlier turns are left out of the history
+/// (an assistant message's `tool_calls`, `tool` messages): the text answers stay.
 fn earlier_messages(
     earlier: &[InMessage],
 ) -> Result<(Vec<String>, Vec<HistoryMessage>), OpenAiError> {
@@ -375,35 +403,19 @@ fn earlier_messages(
                 role: Role::User,
                 text: text_of(content, &param)?,
             }),
-            InMessage::Assistant {
-                content,
-                tool_calls,
-            } => {
-                if tool_calls.as_ref().is_some_and(|c| !c.is_empty()) {
-                    return Err(OpenAiError::invalid(
-                        format!("messages[{i}].tool_calls"),
-                        format!(
-                            "messages[{i}].tool_calls: the caller's own tools are not supported yet"
-                        ),
-                    ));
-                }
+            InMessage::Assistant { content, .. } => {
                 let text = match content {
                     Some(c) => text_of(c, &param)?,
                     None => String::new(),
                 };
-                history.push(HistoryMessage {
-                    role: Role::Assistant,
-                    text,
-                });
+                if !text.is_empty() {
+                    history.push(HistoryMessage {
+                        role: Role::Assistant,
+                        text,
+                    });
+                }
             }
-            InMessage::Tool { tool_call_id } => {
-                return Err(OpenAiError::invalid(
-                    format!("messages[{i}]"),
-                    format!(
-                        "messages[{i}]: a tool result (for `{tool_call_id}`) answers a caller's tool call, which is not supported yet"
-                    ),
-                ));
-            }
+            InMessage::Tool { .. } => {}
         }
     }
     Ok((system, history))

@@ -35,6 +35,8 @@ pub(super) struct Chunks {
     pub(super) created: u64,
     /// Send the usage chunk.
     pub(super) include_usage: bool,
+    /// The caller's tools, as offered to the model.
+    pub(super) offered: Vec<String>,
 }
 
 /// Where the stream is.
@@ -156,6 +158,7 @@ impl Chunks {
         let delta = Delta {
             role: Some("assistant"),
             content: Some(""),
+            tool_calls: Vec::new(),
         };
         self.event(vec![Self::choice(delta, None)], None)
     }
@@ -165,6 +168,7 @@ impl Chunks {
         let delta = Delta {
             role: None,
             content: Some(text),
+            tool_calls: Vec::new(),
         };
         self.event(vec![Self::choice(delta, None)], None)
     }
@@ -176,14 +180,25 @@ impl Chunks {
             Ok(o) => o,
             Err(e) => return vec![Event::default().data(e.body().to_string())],
         };
-        let mut events = Vec::with_capacity(4);
+        let mut events = Vec::with_capacity(5);
+        let mut calls = super::tools::calls(&outcome, &self.offered);
         if !sent_text && !outcome.reply.is_empty() {
             events.push(self.content(&outcome.reply));
         }
-        events.push(self.event(
-            vec![Self::choice(Delta::default(), Some(FinishReason::Stop))],
-            None,
-        ));
+        let finish = if calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            for (i, call) in calls.iter_mut().enumerate() {
+                call.index = u32::try_from(i).ok();
+            }
+            let delta = Delta {
+                tool_calls: calls,
+                ..Delta::default()
+            };
+            events.push(self.event(vec![Self::choice(delta, None)], None));
+            FinishReason::ToolCalls
+        };
+        events.push(self.event(vec![Self::choice(Delta::default(), Some(finish))], None));
         if self.include_usage {
             let usage = outcome.run.as_ref().and_then(|r| r.usage).map(Usage::from);
             events.push(self.event(Vec::new(), usage));

@@ -88,13 +88,14 @@ fn what_a_turn_cannot_carry_is_refused_naming_the_field() {
         param(&user_message(&blank.messages[0], 0).unwrap_err()),
         "messages[0].content"
     );
-    let tool = request(json!({"model": "m", "messages": [
+    // Earlier turns' tool exchanges leave the history; their text answers stay.
+    let earlier = request(json!({"model": "m", "messages": [
         {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "42"}]}));
-    let e = earlier_messages(&tool.messages).unwrap_err();
-    assert_eq!(param(&e), "messages[0].tool_calls");
-    let e = earlier_messages(&tool.messages[1..]).unwrap_err();
-    assert_eq!(param(&e), "messages[0]");
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        {"role": "assistant", "content": "it is 42"}]}));
+    let (_, history) = earlier_messages(&earlier.messages).unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].text, "it is 42");
     // A role that is not one: the body does not parse.
     let bad: Result<ChatRequest, _> = serde_json::from_value(
         json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]}),
@@ -117,4 +118,72 @@ fn errors_have_openai_types_by_status() {
         .retry_after(std::time::Duration::from_millis(1500))
         .into_response();
     assert_eq!(limited.headers()["retry-after"], "2");
+}
+
+#[test]
+fn caller_tools_are_namespaced_and_their_rounds_checked() {
+    let r = request(json!({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "lookup", "description": "Looks up", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "now"}}],
+        "messages": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\":1}"}},
+            {"id": "c2", "type": "function", "function": {"name": "now", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "one"},
+        {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "two"}]}]}));
+    let offered = tools::offered(&r.tools).unwrap();
+    let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["caller__lookup", "caller__now"]);
+    assert_eq!(offered[1].input_schema["type"], "object");
+    let rounds = tools::rounds(&r.messages[1..], 1, &offered).unwrap();
+    assert_eq!(rounds.len(), 1);
+    assert_eq!(rounds[0].calls[0].name, "caller__lookup");
+    assert_eq!(rounds[0].calls[0].arguments, "{\"q\":1}");
+    assert_eq!(rounds[0].results[1].text, "two");
+    // A call of a tool the request does not give, a result for no call, a last
+    // assistant message without calls.
+    let unknown = request(json!({"model": "m", "messages": [
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c9", "type": "function", "function": {"name": "rm", "arguments": "{}"}}]}]}));
+    let e = tools::rounds(&unknown.messages, 3, &offered).unwrap_err();
+    assert_eq!(param(&e), "messages[3].tool_calls[0].function.name");
+    let stray = request(
+        json!({"model": "m", "messages": [{"role": "tool", "tool_call_id": "c1", "content": "x"}]}),
+    );
+    assert_eq!(
+        param(&tools::rounds(&stray.messages, 1, &offered).unwrap_err()),
+        "messages[1].tool_call_id"
+    );
+    let answer =
+        request(json!({"model": "m", "messages": [{"role": "assistant", "content": "hi"}]}));
+    assert_eq!(
+        param(&tools::rounds(&answer.messages, 1, &offered).unwrap_err()),
+        "messages[1]"
+    );
+    // Names the reference refuses, or too long for the prefix; a tool given twice.
+    for (tools, field) in [
+        (
+            json!([{"type": "function", "function": {"name": "a b"}}]),
+            "tools[0].function.name",
+        ),
+        (
+            json!([{"type": "function", "function": {"name": "x".repeat(57)}}]),
+            "tools[0].function.name",
+        ),
+        (
+            json!([{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]),
+            "tools[1].function.name",
+        ),
+        (
+            json!([{"type": "web_search", "function": {"name": "a"}}]),
+            "tools[0].type",
+        ),
+        (
+            json!([{"type": "function", "function": {"name": "a", "parameters": []}}]),
+            "tools[0].function.parameters",
+        ),
+    ] {
+        let r = request(json!({"model": "m", "messages": [], "tools": tools}));
+        assert_eq!(param(&tools::offered(&r.tools).unwrap_err()), field);
+    }
 }

@@ -5,7 +5,7 @@
 //!
 //! Requests are read leniently, as OpenAI-compatible servers do: a field this door does
 //! not use is ignored (and logged at debug), a field whose meaning it cannot keep (`n`
-//! above 1, images, the caller's own tools for now) is refused with 400 naming it.
+//! above 1, images) is refused with 400 naming it.
 
 use std::collections::BTreeMap;
 
@@ -37,9 +37,10 @@ pub(crate) struct ChatRequest {
     pub(crate) metadata: Option<BTreeMap<String, String>>,
     /// How many choices: only 1.
     pub(crate) n: Option<u32>,
-    /// The caller's own tools (not supported yet: 400 unless empty).
+    /// The caller's own tools: offered to the model beside the pipeline's; a call to
+    /// one comes back to the caller.
     #[serde(default)]
-    pub(crate) tools: Vec<Value>,
+    pub(crate) tools: Vec<InTool>,
     /// Every other field (`temperature`, `max_tokens`, …): the pipeline's `local`
     /// section decides those, so they are ignored.
     #[serde(flatten)]
@@ -78,15 +79,53 @@ pub(crate) enum InMessage {
         /// Text; absent or null with `tool_calls`.
         #[serde(default)]
         content: Option<Content>,
-        /// The model's tool calls of that message.
+        /// The model's calls of the caller's tools in that message.
         #[serde(default)]
-        tool_calls: Option<Vec<Value>>,
+        tool_calls: Option<Vec<InToolCall>>,
     },
-    /// A tool's result.
+    /// The caller's result of one of its tools' calls.
     Tool {
         /// The call it answers.
         tool_call_id: String,
+        /// The result: text, or text parts.
+        content: Content,
     },
+}
+
+/// One of the caller's tools (`{"type": "function", "function": {…}}`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct InTool {
+    /// Only `function`.
+    #[serde(rename = "type")]
+    pub(crate) kind: String,
+    pub(crate) function: InFunction,
+}
+
+/// A function tool.
+#[derive(Debug, Deserialize)]
+pub(crate) struct InFunction {
+    /// `^[a-zA-Z0-9_-]{1,64}$`.
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) description: Option<String>,
+    /// JSON Schema of the arguments; an empty object schema when absent.
+    #[serde(default)]
+    pub(crate) parameters: Option<Value>,
+}
+
+/// A call in an assistant message's `tool_calls`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct InToolCall {
+    pub(crate) id: String,
+    pub(crate) function: InFunctionCall,
+}
+
+/// The function of a call.
+#[derive(Debug, Deserialize)]
+pub(crate) struct InFunctionCall {
+    pub(crate) name: String,
+    /// JSON text.
+    pub(crate) arguments: String,
 }
 
 /// A message's `content`: a string or an array of parts.
@@ -148,7 +187,11 @@ pub(crate) struct Choice<'a> {
 pub(crate) struct OutMessage<'a> {
     /// Always `assistant`.
     pub(crate) role: &'static str,
-    pub(crate) content: &'a str,
+    /// Null when the model only called the caller's tools.
+    pub(crate) content: Option<&'a str>,
+    /// The model's calls of the caller's tools, for the caller to run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) tool_calls: Vec<OutToolCall>,
     /// Always null: the refusal of a model that refused, which a pipeline does not tell.
     pub(crate) refusal: Option<&'a str>,
 }
@@ -159,6 +202,30 @@ pub(crate) struct OutMessage<'a> {
 pub(crate) enum FinishReason {
     /// A natural stop (also: a stage answered instead of the model).
     Stop,
+    /// The model called the caller's tools.
+    ToolCalls,
+}
+
+/// A call of one of the caller's tools (API reference: `tool_calls`); in a chunk with
+/// its `index`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct OutToolCall {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) index: Option<u32>,
+    pub(crate) id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    pub(crate) function: OutFunctionCall,
+}
+
+/// The function of a call.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct OutFunctionCall {
+    /// The tool's name as the caller gave it.
+    pub(crate) name: String,
+    /// JSON text, as the model wrote it.
+    pub(crate) arguments: String,
 }
 
 /// `usage`, in tokens.
@@ -209,6 +276,9 @@ pub(crate) struct Delta<'a> {
     pub(crate) role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) content: Option<&'a str>,
+    /// The calls of the caller's tools, whole, in one chunk.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) tool_calls: Vec<OutToolCall>,
 }
 
 /// `GET /v1/models` (API reference: "List models").
