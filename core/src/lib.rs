@@ -74,7 +74,10 @@ pub use trace::{
     CallOrigin, PassageRecord, ReadOrigin, ReadOutcome, ReadRecord, ReadSink, StageOutcomeKind,
     ToolCallRecord, Trace, TraceEvent, TraceRecord, unix_ms_now,
 };
-pub use turn::{BoundServer, HistoryMessage, Turn, TurnIds, UserMessage, Variables};
+pub use turn::{
+    BoundServer, CallerRound, CallerToolCall, CallerToolResult, HistoryMessage, Turn, TurnIds,
+    UserMessage, Variables,
+};
 
 #[doc(hidden)]
 pub use inventory as __inventory;

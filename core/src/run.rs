@@ -13,7 +13,7 @@ use crate::error::RunError;
 use crate::model::ModelProfile;
 use crate::tool::{ToolExecutor, ToolSpec};
 use crate::trace::ReadRecord;
-use crate::turn::{HistoryMessage, Turn, TurnIds, UserMessage, Variables};
+use crate::turn::{CallerRound, HistoryMessage, Turn, TurnIds, UserMessage, Variables};
 
 /// Everything a runner needs for one turn: the uniform context interface. Runners
 /// convert it into their own private wire types.
@@ -36,8 +36,13 @@ pub struct RunRequest {
     pub context: Vec<ContextBlock>,
     /// The token budget the context was fitted into, if one was set.
     pub context_budget: Option<usize>,
-    /// Tools offered to the model.
+    /// Tools offered to the model (the caller's own last,
+    /// [`crate::ToolOrigin::Caller`]).
     pub tools: Vec<ToolSpec>,
+    /// The rounds of the caller's own tools since the user's message (the
+    /// OpenAI-compatible door); only the `local` runner takes them.
+    #[serde(skip)]
+    pub caller_rounds: Vec<CallerRound>,
     /// Executes the model's tool calls.
     #[serde(skip)]
     pub tool_executor: Option<Arc<dyn ToolExecutor>>,
@@ -70,7 +75,12 @@ impl RunRequest {
             sender: turn.sender.clone(),
             context: std::mem::take(&mut turn.context),
             context_budget: turn.context_budget,
-            tools: std::mem::take(&mut turn.tools),
+            tools: {
+                let mut tools = std::mem::take(&mut turn.tools);
+                tools.append(&mut turn.caller_tools);
+                tools
+            },
+            caller_rounds: std::mem::take(&mut turn.caller_rounds),
             tool_executor: turn.tool_executor.clone(),
             model: (*turn.model).clone(),
             reads: turn.trace.reads().cloned().collect(),

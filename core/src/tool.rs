@@ -21,6 +21,11 @@ pub enum ToolOrigin {
     },
     /// One of hostpipe's exploration tools (`list_resources`, `read_resource`).
     Exploration,
+    /// A tool of the turn's caller (the `tools` of a request to the OpenAI-compatible
+    /// door): no runner runs it. A call to it ends the run and goes back to the caller
+    /// ([`crate::RunEvent::ToolCallStarted`] with no `ToolCallFinished`); the caller's
+    /// result comes with its next request ([`crate::CallerRound`]).
+    Caller,
 }
 
 /// A tool as offered to the model.

@@ -41,6 +41,39 @@ pub struct HistoryMessage {
     pub text: String,
 }
 
+/// One round of the caller's own tools after the user's message (the OpenAI-compatible
+/// door): the model's calls, as the caller got them, and the caller's results. The
+/// runner sends the rounds after the user's message and goes on from there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallerRound {
+    /// What the model said along with its calls, if anything.
+    pub text: Option<String>,
+    /// The calls, in order.
+    pub calls: Vec<CallerToolCall>,
+    /// The caller's results, in order.
+    pub results: Vec<CallerToolResult>,
+}
+
+/// A call of one of the caller's tools.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallerToolCall {
+    /// The call's id.
+    pub id: String,
+    /// The tool's name as offered to the model.
+    pub name: String,
+    /// The arguments, JSON text as the model wrote them.
+    pub arguments: String,
+}
+
+/// The caller's result of one of its tools' calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallerToolResult {
+    /// The id of the call it answers.
+    pub call_id: String,
+    /// The result, text.
+    pub text: String,
+}
+
 /// User-visible string values of a turn (sender id, group id, values a user set), used
 /// for template arguments and, later, Dify `inputs`. Internal state never goes here:
 /// use [`Extensions`].
@@ -126,6 +159,11 @@ pub struct Turn {
     pub context_budget: Option<usize>,
     /// Tools offered to the model.
     pub tools: Vec<ToolSpec>,
+    /// The caller's own tools ([`crate::ToolOrigin::Caller`]): offered after the
+    /// stages' tools, run by the caller.
+    pub caller_tools: Vec<ToolSpec>,
+    /// The rounds of the caller's tools since the user's message.
+    pub caller_rounds: Vec<CallerRound>,
     /// Executes the model's tool calls; set by the tool-assembly stage.
     pub tool_executor: Option<Arc<dyn ToolExecutor>>,
     /// What happened.

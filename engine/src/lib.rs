@@ -29,7 +29,7 @@ pub use consent::{
 };
 pub use credentials::{CredentialKey, EncryptedVault, SealedRow, SealedRows};
 pub use layer::{CatchPanic, ReportFailure, Timeout};
-pub use pipeline::{Pipeline, Prepared, ToolCallOutcome, TurnOutcome, TurnStatus};
+pub use pipeline::{Pipeline, Prepared, RunnerFailure, ToolCallOutcome, TurnOutcome, TurnStatus};
 pub use store::{
     AttachmentStore, GrantStore, HistoryQuery, HistorySink, InjectionRecord, MemoryStore, NewPin,
     Pin, PinOwner, PinSource, Pruned, StoreError, ToolCallEntry,

@@ -234,6 +234,7 @@ pub(crate) fn request(text: &str) -> RunRequest {
         context: Vec::new(),
         context_budget: None,
         tools: Vec::new(),
+        caller_rounds: Vec::new(),
         tool_executor: None,
         model: ModelProfile::default(),
         reads: Vec::new(),

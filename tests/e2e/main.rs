@@ -21,6 +21,7 @@ mod filesystem;
 mod fuzz;
 mod live;
 mod oauth;
+mod openai_endpoint;
 mod prompts;
 mod protocol;
 mod python;

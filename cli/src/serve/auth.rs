@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use serde::Serialize;
 use subtle::ConstantTimeEq as _;
 
@@ -136,12 +136,26 @@ pub(super) fn needed_scope(method: &Method, route: &str) -> Scope {
     if looks { Scope::Read } else { Scope::Admin }
 }
 
-/// The bearer-token check of every `/v1` route (RFC 6750).
+/// The bearer-token check of every `/v1` route (RFC 6750); the OpenAI-compatible
+/// routes get its errors in OpenAI's shape.
 pub(super) async fn authorize(
     State(state): State<Arc<ServeState>>,
-    mut req: Request,
+    req: Request,
     next: Next,
-) -> Result<Response, ApiError> {
+) -> Response {
+    let openai = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .is_some_and(|p| super::openai::ROUTES.contains(&p.as_str()));
+    match check(&state, req, next).await {
+        Ok(response) => response,
+        Err(e) if openai => super::openai::wire::OpenAiError::from(e).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// [`authorize`], its errors as [`ApiError`]s.
+async fn check(state: &ServeState, mut req: Request, next: Next) -> Result<Response, ApiError> {
     let given = req
         .headers()
         .get(header::AUTHORIZATION)

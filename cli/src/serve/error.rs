@@ -91,9 +91,16 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut response = (self.status, axum::Json(self.body())).into_response();
+impl ApiError {
+    /// The HTTP status.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The error's status and headers (the RFC 6750 challenge of a 401 or 403) with
+    /// `body`: its own ([`ApiError::body`]) or another door's shape of it.
+    pub(crate) fn respond(&self, body: serde_json::Value) -> Response {
+        let mut response = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             // RFC 6750 §3.
             let value = if self.code == "missing_token" {
@@ -113,6 +120,12 @@ impl IntoResponse for ApiError {
             );
         }
         response
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.respond(self.body())
     }
 }
 

@@ -13,6 +13,7 @@ mod dto;
 pub mod elicitor;
 mod error;
 mod handlers;
+mod openai;
 mod router;
 
 use std::collections::BTreeMap;

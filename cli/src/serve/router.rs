@@ -24,6 +24,7 @@ use super::handlers::resources::{list_resource_templates, list_resources, read_r
 use super::handlers::servers::{get_server, list_servers};
 use super::handlers::tools::{call_tool, list_tools};
 use super::handlers::turns::run_turn;
+use super::openai::{chat_completions, list_models};
 use super::{ApiError, ServeState};
 
 /// The `/v1` routes (the caller adds the token check). Every route but a turn is bounded
@@ -45,6 +46,7 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
         .route("/v1/servers/{server}/completion", post(complete))
         .route("/v1/servers/{server}/login", post(start_login))
         .route("/v1/pipelines", get(list_pipelines))
+        .route("/v1/models", get(list_models))
         .route(
             "/v1/pipelines/{id}/attachments",
             get(list_pipeline_pins).post(add_pipeline_pin),
@@ -87,6 +89,8 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
             },
         ))
         .route("/v1/turns", post(run_turn))
+        // The OpenAI-compatible door runs turns: bounded like one.
+        .route("/v1/chat/completions", post(chat_completions))
         // A tool call may wait for a consent answer: bounded like a turn.
         .route("/v1/servers/{server}/tools/{name}/call", post(call_tool))
 }
@@ -139,7 +143,7 @@ mod tests {
             .filter(|p| p.starts_with("/v1/"))
             .collect();
         assert_eq!(routed, documented);
-        assert_eq!(routed.len(), 23);
+        assert_eq!(routed.len(), 25);
     }
 
     #[test]
@@ -167,6 +171,12 @@ mod tests {
             Scope::Admin
         );
         assert_eq!(needed_scope(&Method::POST, "/v1/turns"), Scope::Admin);
+        // The OpenAI-compatible door: a completion runs a turn, the model list looks.
+        assert_eq!(
+            needed_scope(&Method::POST, "/v1/chat/completions"),
+            Scope::Admin
+        );
+        assert_eq!(needed_scope(&Method::GET, "/v1/models"), Scope::Read);
         // The raw path never decides: a consent id that looks like a read is not one.
         assert_eq!(
             needed_scope(&Method::POST, "/v1/consent-requests/{id}"),

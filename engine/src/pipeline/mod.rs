@@ -20,7 +20,7 @@ mod outcome;
 mod stages;
 mod tools;
 
-pub use outcome::{Prepared, ToolCallOutcome, TurnOutcome, TurnStatus};
+pub use outcome::{Prepared, RunnerFailure, ToolCallOutcome, TurnOutcome, TurnStatus};
 
 /// A named stage in a pipeline.
 struct NamedStage {
@@ -197,6 +197,11 @@ impl Pipeline {
         &self.model
     }
 
+    /// The pipeline's own system prompt (`[pipelines.ID] system_prompt`), if it has one.
+    pub fn system_prompt(&self) -> Option<&str> {
+        self.system_prompt.as_deref()
+    }
+
     /// Runs the stages over `turn` and builds the [`RunRequest`](hostpipe_core::RunRequest), without running the
     /// runner. Sets the turn's pipeline id, model and (if unset) system prompt first.
     pub async fn prepare(&self, mut turn: Turn) -> Prepared {
@@ -316,6 +321,7 @@ impl Pipeline {
             self.record_reads(&request.ids, &mut trace, reads).await;
             self.record_calls(&request.ids, &mut trace, calls).await;
         }
+        let runner_failure = result.as_ref().err().map(RunnerFailure::of);
         let (reply, run, status, error) = match result {
             Ok(run) => (run.text.clone(), Some(run), TurnStatus::Completed, None),
             Err(e) => {
@@ -346,6 +352,7 @@ impl Pipeline {
             request: Some(request),
             run,
             status,
+            runner_failure,
             trace,
         }
     }

@@ -17,8 +17,52 @@ pub struct TurnOutcome {
     pub run: Option<RunReply>,
     /// How the turn ended.
     pub status: TurnStatus,
+    /// What kind of failure the runner's was, when it failed
+    /// ([`TurnStatus::RunnerFailed`]): a door answers a rate limit or a request too
+    /// long for the model with its own status, not a generic one.
+    #[serde(skip)]
+    pub runner_failure: Option<RunnerFailure>,
     /// Everything that happened.
     pub trace: Trace,
+}
+
+/// The kind of a runner's [`RunError`](hostpipe_core::RunError), kept for the doors
+/// (its text is in [`TurnOutcome::reply`] and the trace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunnerFailure {
+    /// The backend kept answering HTTP 429; what it asked to wait, if it said.
+    RateLimited {
+        /// `Retry-After`.
+        retry_after: Option<std::time::Duration>,
+    },
+    /// The request is longer than the model's context window.
+    ContextTooLong,
+    /// The backend refused the runner's credentials (the operator's, not the caller's).
+    Auth,
+    /// The runner cannot express the request.
+    Unsupported,
+    /// The backend's own timeout.
+    Timeout,
+    /// Anything else: the backend failed, or the runner did.
+    Other,
+}
+
+impl RunnerFailure {
+    /// The kind of `e`.
+    pub fn of(e: &hostpipe_core::RunError) -> Self {
+        use hostpipe_core::RunError;
+        match e {
+            RunError::RateLimited { retry_after, .. } => Self::RateLimited {
+                retry_after: *retry_after,
+            },
+            RunError::ContextTooLong { .. } => Self::ContextTooLong,
+            RunError::Auth { .. } => Self::Auth,
+            RunError::Unsupported(_) => Self::Unsupported,
+            RunError::Timeout(_) => Self::Timeout,
+            _ => Self::Other,
+        }
+    }
 }
 
 /// How a turn ended: [`TurnOutcome::status`].

@@ -58,6 +58,7 @@ impl Pipeline {
                     request: None,
                     run: None,
                     status,
+                    runner_failure: None,
                     trace: std::mem::take(&mut turn.trace),
                 });
             }

@@ -247,10 +247,14 @@ impl LocalAgentRunner {
         let tk =
             Tokenizer::new(request.model.encoding).map_err(|e| RunError::backend(e.to_string()))?;
         let mut messages = Message::opening(request);
-        // Tools only when there is something to run them.
-        let tools: Vec<Tool> = match &request.tool_executor {
-            Some(_) if request.model.tool_calling => request.tools.iter().map(Tool::from).collect(),
-            _ => Vec::new(),
+        // Tools only when there is something to run them (the caller runs its own).
+        let has_caller_tools = request.tools.iter().any(|t| t.origin == ToolOrigin::Caller);
+        let tools: Vec<Tool> = if request.model.tool_calling
+            && (request.tool_executor.is_some() || has_caller_tools)
+        {
+            request.tools.iter().map(Tool::from).collect()
+        } else {
+            Vec::new()
         };
         let limit = request.model.input_tokens();
         let mut total = TokenUsage::default();
@@ -275,6 +279,19 @@ impl LocalAgentRunner {
                 total.input_tokens += u.input_tokens;
                 total.output_tokens += u.output_tokens;
                 reported = true;
+            }
+            if has_caller_tools && end_for_caller(request, &turned.calls, events).await {
+                events
+                    .emit(RunEvent::MessageCompleted {
+                        text: answer.clone(),
+                    })
+                    .await;
+                events
+                    .emit(RunEvent::RunCompleted {
+                        usage: reported.then_some(total),
+                    })
+                    .await;
+                return Ok(());
             }
             let Some(executor) = request
                 .tool_executor
@@ -312,6 +329,31 @@ impl LocalAgentRunner {
             self.config.max_rounds
         )))
     }
+}
+
+/// Whether the model called one of the caller's own tools in `calls`: then each such
+/// call goes to `events` as a [`RunEvent::ToolCallStarted`] (arguments as the model's
+/// JSON text) for the caller to run, and the run ends there. The answer's other calls
+/// (the pipeline's tools) are not run: the caller's next request continues the turn,
+/// and the model may call them again.
+async fn end_for_caller(request: &RunRequest, calls: &[ToolCall], events: &EventSink) -> bool {
+    let is_callers = |c: &&ToolCall| {
+        request
+            .tools
+            .iter()
+            .any(|t| t.name == c.name && t.origin == ToolOrigin::Caller)
+    };
+    let callers: Vec<&ToolCall> = calls.iter().filter(is_callers).collect();
+    for call in &callers {
+        events
+            .emit(RunEvent::ToolCallStarted {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: Value::String(call.arguments.clone()),
+            })
+            .await;
+    }
+    !callers.is_empty()
 }
 
 /// What running one round's tool calls needs.

@@ -254,6 +254,30 @@ impl Message {
             UserContent::Parts(parts)
         };
         messages.push(Self::User { content });
+        // The caller's own tool rounds since the message (the OpenAI-compatible door).
+        for round in &request.caller_rounds {
+            messages.push(Self::Assistant {
+                content: round.text.clone(),
+                tool_calls: round
+                    .calls
+                    .iter()
+                    .map(|c| MessageToolCall {
+                        id: c.id.clone(),
+                        kind: ToolType::Function,
+                        function: FunctionCall {
+                            name: c.name.clone(),
+                            arguments: c.arguments.clone(),
+                        },
+                    })
+                    .collect(),
+            });
+            for r in &round.results {
+                messages.push(Self::Tool {
+                    tool_call_id: r.call_id.clone(),
+                    content: r.text.clone(),
+                });
+            }
+        }
         messages
     }
 }

@@ -506,7 +506,7 @@ impl ToolExecutor for BoundTools {
                     tool.clone(),
                     ToolError::NotOffered { name: name.into() },
                 ),
-                Some(ToolOrigin::Exploration) => (
+                Some(ToolOrigin::Exploration | ToolOrigin::Caller) => (
                     arguments
                         .get("server")
                         .and_then(serde_json::Value::as_str)
@@ -551,6 +551,8 @@ impl ToolExecutor for BoundTools {
                 self.report(record, started, &result);
                 result
             }
+            // The caller runs its own tools; the tool assembly never routes one here.
+            ToolOrigin::Caller => Err(ToolError::UnknownTool { name: name.into() }),
         }
     }
 

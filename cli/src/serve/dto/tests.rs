@@ -10,6 +10,10 @@ use hostpipe_engine::TurnOutcome;
 use hostpipe_stages::convert::Converted;
 use serde_json::{Value, json};
 
+use super::super::openai::wire::{
+    ChatCompletion, Choice, Chunk, ChunkChoice, Delta, FinishReason, Model, ModelList, OpenAiError,
+    OutFunctionCall, OutMessage, OutToolCall, Usage,
+};
 use super::*;
 
 fn tool() -> Tool {
@@ -64,6 +68,7 @@ fn outcome() -> TurnOutcome {
             }],
         }),
         status: hostpipe_engine::TurnStatus::Completed,
+        runner_failure: None,
         trace: Trace::new(),
     }
 }
@@ -490,7 +495,115 @@ fn samples() -> Vec<(&'static str, &'static str, &'static str, Value)> {
             "200",
             value(&TurnResponse::new(&outcome, "default", "local")),
         ),
+        (
+            "/v1/chat/completions",
+            "post",
+            "200",
+            value(&ChatCompletion {
+                id: "chatcmpl-1",
+                object: "chat.completion",
+                created: 1,
+                model: "default",
+                choices: [Choice {
+                    index: 0,
+                    message: OutMessage {
+                        role: "assistant",
+                        content: Some("hello"),
+                        tool_calls: vec![OutToolCall {
+                            index: None,
+                            id: "call_1".into(),
+                            kind: "function",
+                            function: OutFunctionCall {
+                                name: "lookup".into(),
+                                arguments: "{}".into(),
+                            },
+                        }],
+                        refusal: None,
+                    },
+                    finish_reason: FinishReason::Stop,
+                }],
+                usage: outcome.run.as_ref().and_then(|r| r.usage).map(Into::into),
+            }),
+        ),
+        (
+            "/v1/chat/completions",
+            "post",
+            "404",
+            OpenAiError::from(ApiError::not_found("model_not_found", "no"))
+                .with_param("model")
+                .body(),
+        ),
+        (
+            "/v1/chat/completions",
+            "post",
+            "401",
+            OpenAiError::from(ApiError::new(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "invalid_token",
+                "no",
+            ))
+            .body(),
+        ),
+        (
+            "/v1/models",
+            "get",
+            "200",
+            value(&ModelList {
+                object: "list",
+                data: vec![Model {
+                    id: "default",
+                    object: "model",
+                    created: 1,
+                    owned_by: "hostpipe",
+                }],
+            }),
+        ),
     ]
+}
+
+/// A streamed chunk, a content one and the usage one, against `ChatCompletionChunk`.
+#[test]
+fn chat_completion_chunks_match_the_openapi_document() {
+    let doc: Value = serde_json::from_str(super::super::OPENAPI).unwrap();
+    let schema = json!({"$ref": "#/components/schemas/ChatCompletionChunk"});
+    let content = Chunk {
+        id: "chatcmpl-1",
+        object: "chat.completion.chunk",
+        created: 1,
+        model: "default",
+        choices: vec![ChunkChoice {
+            index: 0,
+            delta: Delta {
+                role: Some("assistant"),
+                content: Some("hi"),
+                tool_calls: vec![OutToolCall {
+                    index: Some(0),
+                    id: "call_1".into(),
+                    kind: "function",
+                    function: OutFunctionCall {
+                        name: "lookup".into(),
+                        arguments: "{}".into(),
+                    },
+                }],
+            },
+            finish_reason: None,
+        }],
+        usage: None,
+    };
+    let usage = Chunk {
+        choices: Vec::new(),
+        usage: Some(Usage::from(TokenUsage {
+            input_tokens: 3,
+            output_tokens: 4,
+        })),
+        ..content
+    };
+    let mut out = Vec::new();
+    for chunk in [value(&content), value(&usage)] {
+        mismatches(&doc, &schema, &chunk, "chunk", &mut out);
+    }
+    assert!(out.is_empty(), "{out:#?}");
+    assert_eq!(value(&usage)["usage"]["total_tokens"], 7);
 }
 
 /// Each typed body, from a sample, against the schema docs/openapi.json gives for its

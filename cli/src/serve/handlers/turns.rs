@@ -55,7 +55,7 @@ enum TurnEnd {
 }
 
 /// Largest message, in bytes (the body limit bounds it too).
-const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
 /// The pipeline a turn asks for, and whether it runs with the `preview` runner instead
 /// of its own.
@@ -207,7 +207,7 @@ fn event_stream(rx: mpsc::Receiver<TurnEvent>) -> Response {
 }
 
 /// A started turn: what its task needs besides the turn.
-struct TurnRun {
+pub(crate) struct TurnRun {
     state: Arc<ServeState>,
     pipeline_id: String,
     runner: String,
@@ -221,10 +221,50 @@ struct TurnRun {
 }
 
 impl TurnRun {
-    /// The turn's task: runs it within `[serve] turn_timeout_ms`, logs how it ended, and
-    /// sends the `done` or `error` event when streaming. Its result is the turn's
-    /// document or the error to answer with.
+    /// A turn of pipeline `pipeline_id` with its own runner (`runner` names it), for
+    /// another door than `/v1/turns`: the runner's events go to `events` as
+    /// [`TurnEvent::Run`] when given, and nothing else does.
+    pub(crate) fn own_runner(
+        state: Arc<ServeState>,
+        pipeline_id: String,
+        runner: String,
+        turn_id: String,
+        events: Option<mpsc::Sender<TurnEvent>>,
+    ) -> Self {
+        let stream = events.is_some();
+        let tx = events.unwrap_or_else(|| mpsc::channel(1).0);
+        Self {
+            state,
+            pipeline_id,
+            runner,
+            turn_id,
+            use_preview: false,
+            stream,
+            tx,
+        }
+    }
+
+    /// The turn's task: runs it ([`TurnRun::outcome`]) and sends the `done` or `error`
+    /// event when streaming. Its result is the turn's document or the error to answer
+    /// with.
     async fn run(self, turn: Turn) -> ApiResult<serde_json::Value> {
+        let result = self
+            .outcome(turn)
+            .await
+            .and_then(|o| outcome_json(&o, &self.pipeline_id, &self.runner));
+        if self.stream {
+            let last = match &result {
+                Ok(doc) => TurnEvent::Done(doc.clone()),
+                Err(e) => TurnEvent::Error(e.clone()),
+            };
+            let _ = self.tx.send(last).await;
+        }
+        result
+    }
+
+    /// Runs `turn` within `[serve] turn_timeout_ms` and logs how it ended: its outcome,
+    /// or the error to answer with (504 `turn_timeout`, 503 `shutting_down`).
+    pub(crate) async fn outcome(&self, turn: Turn) -> ApiResult<TurnOutcome> {
         let Some(p) = self.state.app.pipelines.get(&self.pipeline_id) else {
             return Err(ApiError::not_found(
                 "unknown_pipeline",
@@ -236,14 +276,14 @@ impl TurnRun {
         let outcome = self.run_within(p, turn, deadline).await;
         self.state.approver.unwatch(&self.turn_id);
         self.state.elicitor.unwatch(&self.turn_id);
-        let result = self.result(&outcome, started);
-        if let (Err(e), Err(_)) = (&result, &outcome) {
+        let checked = self.check(&outcome, started);
+        if let (Err(e), Err(_)) = (&checked, &outcome) {
             let Self {
                 turn_id,
                 pipeline_id,
                 runner,
                 ..
-            } = &self;
+            } = self;
             // The turn's reads so far went with it: the log is its only record.
             tracing::warn!(
                 target: "hostpipe::turns",
@@ -251,14 +291,14 @@ impl TurnRun {
                 "turn stopped before it finished; its reads are not in the history"
             );
         }
-        if self.stream {
-            let last = match &result {
-                Ok(doc) => TurnEvent::Done(doc.clone()),
-                Err(e) => TurnEvent::Error(e.clone()),
-            };
-            let _ = self.tx.send(last).await;
-        }
-        result
+        checked?;
+        outcome.map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the turn ended without an outcome",
+            )
+        })
     }
 
     /// Runs `turn` through `p`, forwarding the runner's events when streaming. The
@@ -308,15 +348,15 @@ impl TurnRun {
         outcome
     }
 
-    /// What to answer for `outcome`: the turn's document, or 504 `turn_timeout` (a
+    /// Whether `outcome` may be answered (then `Ok`), or 504 `turn_timeout` (a
     /// turn whose runner was still running at its deadline, or one the outer bound
     /// stopped), or 503
     /// `shutting_down`; logged on the `hostpipe::turns` target.
-    fn result(
+    fn check(
         &self,
         outcome: &Result<TurnOutcome, TurnEnd>,
         started: std::time::Instant,
-    ) -> ApiResult<serde_json::Value> {
+    ) -> ApiResult<()> {
         let Self {
             turn_id,
             pipeline_id,
@@ -350,7 +390,7 @@ impl TurnRun {
                     elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                     "turn finished"
                 );
-                outcome_json(outcome, pipeline_id, runner)
+                Ok(())
             }
             Err(TurnEnd::Timeout) => Err(ApiError::new(
                 StatusCode::GATEWAY_TIMEOUT,

@@ -319,3 +319,66 @@ async fn arrays_where_objects_belong_count_as_absent() {
     let (e, _) = failure(&runner, &stub::request("go")).await;
     assert!(matches!(e, RunError::Backend { .. }), "{e:?}");
 }
+
+/// The OpenAI-compatible door's caller tools: the caller's rounds follow the user's
+/// message; a call of a caller's tool ends the run (the pipeline's tool called in the
+/// same answer is not run), reported as a started call with the model's JSON text.
+#[tokio::test]
+async fn a_call_of_a_caller_tool_ends_the_run_after_the_callers_rounds() {
+    let stub = Stub::start(vec![Reply::json(&completion(
+        json!({"role": "assistant", "content": "Let me look.", "tool_calls": [
+            {"id": "m1", "type": "function", "function": {"name": "kb__search", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "caller__lookup", "arguments": "{\"q\": 2}"}},
+        ]}),
+        "tool_calls",
+        Some((9, 4)),
+    ))])
+    .await;
+    let runner = runner(&stub, false);
+    let tools = ScriptedTools::new(vec![text_result("never")]);
+    let mut request = stub::request("go");
+    request.tools = vec![
+        tool("kb__search", mcp("kb", "search"), json!({"type": "object"})),
+        tool(
+            "caller__lookup",
+            ToolOrigin::Caller,
+            json!({"type": "object"}),
+        ),
+    ];
+    request.tool_executor = Some(tools.clone());
+    request.caller_rounds = vec![hostpipe_core::CallerRound {
+        text: None,
+        calls: vec![hostpipe_core::CallerToolCall {
+            id: "c1".into(),
+            name: "caller__lookup".into(),
+            arguments: "{\"q\": 1}".into(),
+        }],
+        results: vec![hostpipe_core::CallerToolResult {
+            call_id: "c1".into(),
+            text: "one".into(),
+        }],
+    }];
+    let (result, events) = stub::run(&runner, &request).await;
+    result.unwrap();
+    let sent = stub.requests()[0].json();
+    assert_eq!(
+        sent["messages"].as_array().unwrap()[1..],
+        [
+            json!({"role": "user", "content": "go"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "caller__lookup", "arguments": "{\"q\": 1}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "one"}),
+        ]
+    );
+    assert_eq!(sent["tools"][1]["function"]["name"], "caller__lookup");
+    assert!(tools.calls().is_empty(), "the pipeline's tool was not run");
+    assert_eq!(
+        events,
+        [
+            delta("Let me look."),
+            started("c2", "caller__lookup", json!("{\"q\": 2}")),
+            completed("Let me look."),
+            RunEvent::RunCompleted { usage: usage(9, 4) },
+        ]
+    );
+}
