@@ -260,6 +260,12 @@ fn oauth_login_once_then_restarts_reuse_and_refresh_the_token() {
     // No credentials: needs_login, not failed; the client credentials server connects.
     let status = status_of(&data, &servers, Some(KEY), "secure");
     assert_eq!(status["state"], "needs_login", "{status}");
+    // `hostpipe servers` says so with its exit code too, as for a failed server.
+    let (ok, _, _) = hostpipe(&data, &servers, Some(KEY), &["servers"]);
+    assert!(
+        !ok,
+        "`hostpipe servers` exits 1 while a server needs a login"
+    );
     assert_eq!(
         status_of(&data, &servers, Some(KEY), "bot")["state"],
         "connected"

@@ -20,10 +20,15 @@ pub(crate) struct ServersArgs {
 pub(crate) async fn servers(app: &App, args: ServersArgs) -> anyhow::Result<ExitCode> {
     let ServersArgs { json } = args;
     let servers = app.host.servers();
-    let code = if servers
-        .iter()
-        .any(|s| matches!(s.status, hostpipe_core::ServerStatus::Failed { .. }))
-    {
+    // A server that cannot be used until an administrator logs in is as unusable to a
+    // script as a failed one.
+    let code = if servers.iter().any(|s| {
+        matches!(
+            s.status,
+            hostpipe_core::ServerStatus::Failed { .. }
+                | hostpipe_core::ServerStatus::NeedsLogin { .. }
+        )
+    }) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
