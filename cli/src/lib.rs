@@ -228,7 +228,7 @@ impl App {
         let Some(key) = key else {
             let why = format!("{CREDENTIAL_KEY_ENV} is not set");
             tracing::warn!(
-                "{why}: OAuth credentials of MCP servers are kept in memory only and lost when hostpipe exits (docs/configuration.md, \"OAuth\")"
+                "{why}: OAuth credentials of MCP servers are kept in memory only and lost when hostpipe exits (docs/configuration.md, \"OAuth for remote servers\")"
             );
             self.vault = VaultUse::MemoryOnly(why);
             return Ok(&self.vault);

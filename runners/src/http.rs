@@ -92,7 +92,10 @@ fn retry_after(response: &reqwest::Response) -> Option<Duration> {
 }
 
 /// The backend's error message from a JSON body (`{"error": {"message"}}` as OpenAI
-/// sends it, `{"message"}` as Dify does), else the body's start.
+/// sends it, `{"message"}` as Dify does), else the body's start; with any credential it
+/// echoes (`Bearer …`, `Basic …`: a proxy or a server quoting the `Authorization`
+/// header) replaced by `[redacted]`, since the message travels on to the trace, the
+/// history and the caller.
 pub(crate) fn error_message(body: &str) -> String {
     let json: Option<serde_json::Value> = serde_json::from_str(body).ok();
     let from_json = json.as_ref().and_then(|v| {
@@ -101,7 +104,26 @@ pub(crate) fn error_message(body: &str) -> String {
             .and_then(|m| m.as_str())
             .map(str::to_owned)
     });
-    from_json.unwrap_or_else(|| body.chars().take(300).collect())
+    redact_credentials(&from_json.unwrap_or_else(|| body.chars().take(300).collect()))
+}
+
+/// `text` with the word after each `Bearer` or `Basic` (any case) replaced by
+/// `[redacted]`.
+fn redact_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut redact_next = false;
+    for piece in text.split_inclusive(char::is_whitespace) {
+        let word = piece.trim_end();
+        if redact_next && !word.is_empty() {
+            out.push_str("[redacted]");
+            out.push_str(&piece[word.len()..]);
+            redact_next = false;
+            continue;
+        }
+        redact_next = word.eq_ignore_ascii_case("bearer") || word.eq_ignore_ascii_case("basic");
+        out.push_str(piece);
+    }
+    out
 }
 
 /// Whether a request may be sent twice: a completion may (it has no side effect), an
@@ -266,4 +288,26 @@ fn stream_error(e: &(dyn std::error::Error + 'static), timeout: Duration) -> Run
         cur = err.source();
     }
     RunError::backend(format!("the event stream broke: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_echoed_credential_never_reaches_the_message() {
+        let body = r#"{"error":{"message":"Incorrect API key provided: Bearer sk-secret-xyz. Try again."}}"#;
+        assert_eq!(
+            error_message(body),
+            "Incorrect API key provided: Bearer [redacted] Try again."
+        );
+        assert_eq!(
+            error_message("proxy said: authorization: basic dXNlcjpwYXNz\nbye"),
+            "proxy said: authorization: basic [redacted]\nbye"
+        );
+        assert_eq!(
+            error_message("{\"message\":\"quota exceeded\"}"),
+            "quota exceeded"
+        );
+    }
 }

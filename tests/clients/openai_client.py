@@ -121,6 +121,7 @@ def main():
                     "status": e.status_code,
                     "code": e.body.get("code") if isinstance(e.body, dict) else None,
                     "retry_after": e.response.headers.get("retry-after"),
+                    "message": e.body.get("message") if isinstance(e.body, dict) else None,
                 }
     if len(sys.argv) > 4:
         out["caller_tools"] = caller_tools(client, sys.argv[4])

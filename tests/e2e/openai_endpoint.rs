@@ -199,7 +199,9 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
     assert_eq!(doc["not_a_function"]["class"], "BadRequestError");
     // The upstream's rate limit reaches the caller as one, with its `Retry-After`,
     // streamed or not (a stream's head waits for the first text).
-    let limited = json!({"class": "RateLimitError", "status": 429, "code": "rate_limit_exceeded", "retry_after": "7"});
+    // The message says what kind of failure it was, not the runner's error, which names
+    // the upstream endpoint the pipeline keeps from its callers.
+    let limited = json!({"class": "RateLimitError", "status": 429, "code": "rate_limit_exceeded", "retry_after": "7", "message": "the pipeline's model is rate-limited; retry later"});
     assert_eq!(doc["rate_limited"], limited);
     assert_eq!(doc["rate_limited_stream"], limited);
 

@@ -46,8 +46,11 @@ pub(crate) async fn servers(app: &App, args: ServersArgs) -> anyhow::Result<Exit
     for s in &servers {
         outln!("{}: {}", s.name, s.status.describe());
         if let Some((name, version)) = &s.implementation {
+            // A server may give an empty version.
+            let who = format!("{name} {version}");
             outln!(
-                "  server: {name} {version}, protocol {}",
+                "  server: {}, protocol {}",
+                who.trim_end(),
                 s.protocol_version.as_deref().unwrap_or("?")
             );
         }

@@ -221,7 +221,22 @@ fn answerable(outcome: &TurnOutcome) -> Result<(), OpenAiError> {
         (TurnStatus::StageFailed, _) => (StatusCode::INTERNAL_SERVER_ERROR, "stage_failed"),
         (TurnStatus::TimedOut, _) => (StatusCode::GATEWAY_TIMEOUT, "turn_timeout"),
     };
-    let error = OpenAiError::from(ApiError::new(status, code, outcome.reply.clone()));
+    // The caller is told what kind of failure it was, never the runner's own error: it
+    // names the upstream endpoint (which the pipeline keeps from its callers) and quotes
+    // the upstream. The turn's trace and the service log have it.
+    let message = match outcome.status {
+        TurnStatus::RunnerFailed => match code {
+            "rate_limit_exceeded" => "the pipeline's model is rate-limited; retry later".to_owned(),
+            "context_length_exceeded" => {
+                "the conversation does not fit the pipeline's model context window".to_owned()
+            }
+            "upstream_timeout" => "the pipeline's model did not answer in time".to_owned(),
+            _ => "the pipeline's model could not answer; the service log and the turn's trace say why"
+                .to_owned(),
+        },
+        _ => outcome.reply.clone(),
+    };
+    let error = OpenAiError::from(ApiError::new(status, code, message));
     Err(match outcome.runner_failure {
         Some(RunnerFailure::RateLimited {
             retry_after: Some(after),
