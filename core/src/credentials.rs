@@ -35,10 +35,24 @@ impl std::fmt::Debug for StoredSecret {
     }
 }
 
-/// A vault failed: the database, or a sealed secret that does not open (another key).
+/// A vault failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("credential vault: {0}")]
-pub struct VaultError(pub String);
+pub enum VaultError {
+    /// The store or the sealing failed; trying again later may work.
+    #[error("credential vault: {0}")]
+    Store(String),
+    /// A stored secret cannot be opened (sealed with another key, or changed): only a
+    /// new login replaces it, so the server needs one.
+    #[error("credential vault: {0}")]
+    Unreadable(String),
+}
+
+impl VaultError {
+    /// Whether only a new login can help ([`VaultError::Unreadable`]).
+    pub fn needs_login(&self) -> bool {
+        matches!(self, Self::Unreadable(_))
+    }
+}
 
 /// Where OAuth credentials live, one secret per configured server (see the module
 /// docs). Implementations must be safe to share between tasks; a persistent one must

@@ -79,8 +79,8 @@ impl CredentialKey {
         issuer: Option<&str>,
         secret: &[u8],
     ) -> Result<String, VaultError> {
-        let nonce =
-            XNonce::try_generate().map_err(|e| VaultError(format!("no random nonce: {e}")))?;
+        let nonce = XNonce::try_generate()
+            .map_err(|e| VaultError::Store(format!("no random nonce: {e}")))?;
         let aad = associated_data(server, issuer);
         let sealed = self
             .0
@@ -91,7 +91,7 @@ impl CredentialKey {
                     aad: &aad,
                 },
             )
-            .map_err(|_| VaultError("sealing failed".into()))?;
+            .map_err(|_| VaultError::Store("sealing failed".into()))?;
         let mut out = nonce.to_vec();
         out.extend_from_slice(&sealed);
         Ok(format!(
@@ -112,22 +112,26 @@ impl CredentialKey {
         sealed: &str,
     ) -> Result<Vec<u8>, VaultError> {
         let body = sealed.strip_prefix(SEALED_PREFIX).ok_or_else(|| {
-            VaultError("a stored credential is not sealed in a known format".into())
+            VaultError::Unreadable("a stored credential is not sealed in a known format".into())
         })?;
         let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(body)
-            .map_err(|_| VaultError("a stored credential is not valid base64".into()))?;
+            .map_err(|_| {
+                VaultError::Unreadable("a stored credential is not valid base64".into())
+            })?;
         if bytes.len() < NONCE_BYTES {
-            return Err(VaultError("a stored credential is truncated".into()));
+            return Err(VaultError::Unreadable(
+                "a stored credential is truncated".into(),
+            ));
         }
         let (nonce, ciphertext) = bytes.split_at(NONCE_BYTES);
         let nonce = XNonce::try_from(nonce)
-            .map_err(|_| VaultError("a stored credential is truncated".into()))?;
+            .map_err(|_| VaultError::Unreadable("a stored credential is truncated".into()))?;
         let aad = associated_data(server, issuer);
         self.0
             .decrypt(&nonce, Payload { msg: ciphertext, aad: &aad })
             .map_err(|_| {
-                VaultError(format!(
+                VaultError::Unreadable(format!(
                     "the stored credentials of `{server}` do not open with this {CREDENTIAL_KEY_ENV} (another key, or changed): log in again"
                 ))
             })
@@ -201,7 +205,7 @@ impl EncryptedVault {
 }
 
 fn store_err(e: StoreError) -> VaultError {
-    VaultError(e.to_string())
+    VaultError::Store(e.to_string())
 }
 
 #[async_trait]

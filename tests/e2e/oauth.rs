@@ -388,9 +388,11 @@ fn oauth_login_once_then_restarts_reuse_and_refresh_the_token() {
         "the expired token was sent instead of refreshed first"
     );
 
-    // Another key cannot open the stored credentials: the status says so.
+    // Another key cannot open the stored credentials: the status says so, and it is a
+    // login that helps, not retrying.
     let other = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
     let status = status_of(&data, &servers, Some(other), "secure");
+    assert_eq!(status["state"], "needs_login", "{status}");
     assert!(
         status
             .to_string()

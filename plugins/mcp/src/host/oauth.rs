@@ -154,10 +154,14 @@ pub(crate) async fn manager(
         AuthConfig::None => {}
         AuthConfig::OAuth(client) => {
             // Only when something is stored: discovery is a network round trip.
-            let stored = vault
-                .load(server)
-                .await
-                .map_err(|e| Prepare::Failed(e.to_string()))?;
+            let stored = vault.load(server).await.map_err(|e| {
+                // A secret sealed with another key stays unreadable: only a login helps.
+                if e.needs_login() {
+                    Prepare::NeedsLogin(e.to_string())
+                } else {
+                    Prepare::Failed(e.to_string())
+                }
+            })?;
             if stored.is_some() {
                 let found =
                     tokio::time::timeout(OAUTH_STEP_TIMEOUT, manager.initialize_from_store())
