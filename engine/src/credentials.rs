@@ -272,7 +272,8 @@ mod tests {
         assert!(key.open("web", None, &sealed).is_err());
         let other = CredentialKey::from_base64(&"A".repeat(43)).unwrap();
         let e = other.open("web", Some("https://as"), &sealed).unwrap_err();
-        assert!(e.0.contains("log in again"), "{e}");
+        assert!(e.to_string().contains("log in again"), "{e}");
+        assert!(e.needs_login(), "{e:?}");
         // A changed byte: no.
         let mut tampered = sealed.clone().into_bytes();
         let last = tampered.len() - 2;
