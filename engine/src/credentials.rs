@@ -45,7 +45,7 @@ pub enum KeyError {
     NotBase64(String),
     /// Base64 of another length than 32 bytes.
     #[error(
-        "the credential key must be 32 bytes (base64 of 32 random bytes, e.g. `openssl rand -base64 32`), not {0}"
+        "the credential key must be base64 of 32 bytes (`openssl rand -base64 32`); this one decodes to {0} bytes (a hex key, e.g. from `openssl rand -hex 32`, is not base64 of 32 bytes)"
     )]
     WrongLength(usize),
 }

@@ -225,12 +225,14 @@ fn check_value(name: &str, property: &Value, value: &Value) -> Result<(), Conten
             if let Some(min) = count("minItems")
                 && n < min
             {
-                return Err(err(name, format!("needs at least {min} choices")));
+                let noun = if min == 1 { "choice" } else { "choices" };
+                return Err(err(name, format!("needs at least {min} {noun}")));
             }
             if let Some(max) = count("maxItems")
                 && n > max
             {
-                return Err(err(name, format!("allows at most {max} choices")));
+                let noun = if max == 1 { "choice" } else { "choices" };
+                return Err(err(name, format!("allows at most {max} {noun}")));
             }
         }
         other => return Err(err(name, format!("type `{other}` is not supported"))),

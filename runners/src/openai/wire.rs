@@ -207,14 +207,19 @@ impl From<&ToolSpec> for Tool {
 
 impl Message {
     /// The `messages` of the first model call: the system prompt with the fenced
-    /// context (or the fence's preamble alone when there are tools, whose results may
-    /// carry fenced text), the history, and the user's message with the image blocks
-    /// as parts when the model has vision.
+    /// context (or the fence's preamble alone when there are hostpipe's tools, whose
+    /// results carry fenced text; the caller's own tools' results are not fenced), the
+    /// history, and the user's message with the image blocks as parts when the model
+    /// has vision.
     pub(super) fn opening(request: &RunRequest) -> Vec<Self> {
         let vision = request.model.vision;
         let mut system = request.system_prompt.clone().unwrap_or_default();
         let mut context = render::context_text(&request.context, vision, &request.fence);
-        if context.is_empty() && !request.tools.is_empty() {
+        let fenced_tools = request
+            .tools
+            .iter()
+            .any(|t| !matches!(t.origin, hostpipe_core::ToolOrigin::Caller));
+        if context.is_empty() && fenced_tools {
             context = request.fence.preamble();
         }
         if !context.is_empty() {

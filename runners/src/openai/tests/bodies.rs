@@ -200,6 +200,11 @@ async fn without_an_executor_tools_are_not_offered_but_the_preamble_is_there() {
             "stop",
             None,
         )),
+        Reply::json(&completion(
+            json!({"role": "assistant", "content": "c"}),
+            "stop",
+            None,
+        )),
     ])
     .await;
     let runner = runner(&stub, false);
@@ -222,9 +227,20 @@ async fn without_an_executor_tools_are_not_offered_but_the_preamble_is_there() {
         ],
         "stream": false,
     });
+    // Only the caller's own tools: their results are not fenced, so no preamble.
+    request.tools = vec![tool(
+        "caller__lookup",
+        ToolOrigin::Caller,
+        json!({"type": "object"}),
+    )];
+    stub::run(&runner, &request).await.0.unwrap();
     let requests = stub.requests();
     assert_eq!(requests[0].json(), expected);
     assert_eq!(requests[1].json(), expected);
+    assert_eq!(
+        requests[2].json()["messages"],
+        json!([{"role": "user", "content": "hi"}])
+    );
 }
 
 /// A streamed round with two tool calls whose pieces interleave, then the answer.
