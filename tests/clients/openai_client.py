@@ -24,6 +24,13 @@ def main():
     out = {}
 
     out["models"] = [m.id for m in client.models.list()]
+    one = client.models.retrieve(out["models"][0])
+    out["retrieved"] = {"id": one.id, "object": one.object, "owned_by": one.owned_by}
+    try:
+        client.models.retrieve("no-such-pipeline")
+        out["retrieved_unknown"] = None
+    except openai.NotFoundError as e:
+        out["retrieved_unknown"] = e.body.get("code") if isinstance(e.body, dict) else None
 
     completion = client.chat.completions.create(
         model=pipeline,

@@ -165,6 +165,12 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
 
     assert_eq!(doc["models"], json!(["assistant", "limited", "tooled"]));
+    // "Retrieve model", which some platforms call to check a model name.
+    assert_eq!(
+        doc["retrieved"],
+        json!({"id": "assistant", "object": "model", "owned_by": "hostpipe"})
+    );
+    assert_eq!(doc["retrieved_unknown"], "model_not_found");
     // Not streamed: one `chat.completion` of the pipeline, usage from upstream.
     let c = &doc["completion"];
     assert_eq!(c["object"], "chat.completion");

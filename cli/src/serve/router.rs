@@ -24,7 +24,7 @@ use super::handlers::resources::{list_resource_templates, list_resources, read_r
 use super::handlers::servers::{get_server, list_servers};
 use super::handlers::tools::{call_tool, list_tools};
 use super::handlers::turns::run_turn;
-use super::openai::{chat_completions, list_models};
+use super::openai::{chat_completions, list_models, retrieve_model};
 use super::{ApiError, ServeState};
 
 /// The `/v1` routes (the caller adds the token check). Every route but a turn is bounded
@@ -47,6 +47,7 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
         .route("/v1/servers/{server}/login", post(start_login))
         .route("/v1/pipelines", get(list_pipelines))
         .route("/v1/models", get(list_models))
+        .route("/v1/models/{model}", get(retrieve_model))
         .route(
             "/v1/pipelines/{id}/attachments",
             get(list_pipeline_pins).post(add_pipeline_pin),
@@ -143,7 +144,7 @@ mod tests {
             .filter(|p| p.starts_with("/v1/"))
             .collect();
         assert_eq!(routed, documented);
-        assert_eq!(routed.len(), 25);
+        assert_eq!(routed.len(), 26);
     }
 
     #[test]

@@ -558,6 +558,17 @@ fn samples() -> Vec<(&'static str, &'static str, &'static str, Value)> {
                 }],
             }),
         ),
+        (
+            "/v1/models/{model}",
+            "get",
+            "200",
+            value(&Model {
+                id: "default",
+                object: "model",
+                created: 1,
+                owned_by: "hostpipe",
+            }),
+        ),
     ]
 }
 

@@ -32,7 +32,7 @@ use super::handlers::turns::{MAX_MESSAGE_BYTES, TurnRun};
 use super::{ApiError, Body, ServeState};
 
 /// The routes of this door, whose errors are OpenAI-shaped (the token check's too).
-pub(crate) const ROUTES: [&str; 2] = ["/v1/chat/completions", "/v1/models"];
+pub(crate) const ROUTES: [&str; 3] = ["/v1/chat/completions", "/v1/models", "/v1/models/{model}"];
 
 /// The header that names the conversation.
 const CONVERSATION_HEADER: &str = "x-conversation-id";
@@ -63,6 +63,30 @@ pub(crate) async fn list_models(State(state): State<Arc<ServeState>>) -> Respons
         data,
     })
     .into_response()
+}
+
+/// `GET /v1/models/{model}`: one pipeline, as a model (API reference: "Retrieve model");
+/// 404 `model_not_found` for an id that is not a pipeline's.
+pub(crate) async fn retrieve_model(
+    State(state): State<Arc<ServeState>>,
+    axum::extract::Path(model): axum::extract::Path<String>,
+) -> Result<Response, OpenAiError> {
+    let Some((id, _)) = state.app.pipelines.get_key_value(&model) else {
+        return Err(OpenAiError::from(ApiError::not_found(
+            "model_not_found",
+            format!(
+                "The model `{model}` does not exist: a model is a pipeline id (GET /v1/models lists them)"
+            ),
+        ))
+        .with_param("model"));
+    };
+    Ok(axum::Json(Model {
+        id,
+        object: "model",
+        created: unix_now(),
+        owned_by: "hostpipe",
+    })
+    .into_response())
 }
 
 /// `POST /v1/chat/completions` (API reference: "Create chat completion"): runs a turn
