@@ -281,16 +281,7 @@ impl LocalAgentRunner {
                 reported = true;
             }
             if has_caller_tools && end_for_caller(request, &turned.calls, events).await {
-                events
-                    .emit(RunEvent::MessageCompleted {
-                        text: answer.clone(),
-                    })
-                    .await;
-                events
-                    .emit(RunEvent::RunCompleted {
-                        usage: reported.then_some(total),
-                    })
-                    .await;
+                finish(events, answer, reported.then_some(total)).await;
                 return Ok(());
             }
             let Some(executor) = request
@@ -298,16 +289,7 @@ impl LocalAgentRunner {
                 .as_deref()
                 .filter(|_| !turned.calls.is_empty())
             else {
-                events
-                    .emit(RunEvent::MessageCompleted {
-                        text: answer.clone(),
-                    })
-                    .await;
-                events
-                    .emit(RunEvent::RunCompleted {
-                        usage: reported.then_some(total),
-                    })
-                    .await;
+                finish(events, answer, reported.then_some(total)).await;
                 return Ok(());
             };
             messages.push(Message::Assistant {
@@ -336,6 +318,15 @@ impl LocalAgentRunner {
 /// JSON text) for the caller to run, and the run ends there. The answer's other calls
 /// (the pipeline's tools) are not run: the caller's next request continues the turn,
 /// and the model may call them again.
+/// The run's last two events: the whole answer, then the usage (if the upstream
+/// reported any).
+async fn finish(events: &EventSink, answer: String, usage: Option<TokenUsage>) {
+    events
+        .emit(RunEvent::MessageCompleted { text: answer })
+        .await;
+    events.emit(RunEvent::RunCompleted { usage }).await;
+}
+
 async fn end_for_caller(request: &RunRequest, calls: &[ToolCall], events: &EventSink) -> bool {
     let is_callers = |c: &&ToolCall| {
         request
