@@ -56,7 +56,7 @@ pub use registry::{
     BuildContext, Registry, RegistryError, RunnerDescriptor, StageDescriptor, StagePhase,
     parse_section,
 };
-pub use retrieval::{Embedder, Reranker, RetrievalError};
+pub use retrieval::{Embedder, PassageRequest, Reranker, RetrievalError, RetrievedPassage};
 pub use run::{
     EventSink, RunEvent, RunReply, RunRequest, Runner, TokenUsage, collect_reply,
     collect_reply_tapped,

@@ -155,9 +155,16 @@ async fn every_documented_route_needs_the_right_token() {
             let m: reqwest::Method = method.to_uppercase().parse().unwrap();
             let url = concrete(path);
             if !path.starts_with("/v1/") {
-                let (s, _, _) = call(&svc, m, &url, None, None).await;
                 // The OAuth callback needs no token either; without a login waiting
                 // for its `state` it answers 400 (tests/e2e/oauth.rs logs in through it).
+                // Dify's door needs its key, and says so in Dify's shape
+                // (tests/e2e/dify.rs checks the rest).
+                let (s, v, _) = call(&svc, m, &url, None, None).await;
+                if path == "/retrieval" {
+                    assert_eq!(s, StatusCode::UNAUTHORIZED, "{method} {path}: {v}");
+                    assert_eq!(v["error_code"], 1001, "{v}");
+                    continue;
+                }
                 let expected = if path == "/oauth/callback" {
                     StatusCode::BAD_REQUEST
                 } else {

@@ -121,6 +121,9 @@ impl Tokens {
     }
 }
 
+/// The message of a 401 for an `Authorization` header that is not `Bearer TOKEN`.
+pub(super) const NOT_BEARER: &str = "the Authorization header is not `Bearer TOKEN`";
+
 /// Which scope a request to the route `route` (as routed: `/v1/servers/{server}/…`)
 /// needs: [`Scope::Read`] for `GET` and the two `POST`s that only look.
 pub(super) fn needed_scope(method: &Method, route: &str) -> Scope {
@@ -132,24 +135,29 @@ pub(super) fn needed_scope(method: &Method, route: &str) -> Scope {
                 "/v1/servers/{server}/resources/read"
                     | "/v1/servers/{server}/completion"
                     | "/v1/servers/{server}/prompts/{name}"
+                    | super::dify::ROUTE
             ));
     if looks { Scope::Read } else { Scope::Admin }
 }
 
-/// The bearer-token check of every `/v1` route (RFC 6750); the OpenAI-compatible
-/// routes get its errors in OpenAI's shape.
+/// The bearer-token check of every `/v1` route and `/retrieval` (RFC 6750); the
+/// OpenAI-compatible routes get its errors in OpenAI's shape, `/retrieval` in Dify's.
 pub(super) async fn authorize(
     State(state): State<Arc<ServeState>>,
     req: Request,
     next: Next,
 ) -> Response {
-    let openai = req
+    let route = req
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .is_some_and(|p| super::openai::ROUTES.contains(&p.as_str()));
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
     match check(&state, req, next).await {
         Ok(response) => response,
-        Err(e) if openai => super::openai::wire::OpenAiError::from(e).into_response(),
+        Err(e) if super::openai::ROUTES.contains(&route.as_str()) => {
+            super::openai::wire::OpenAiError::from(e).into_response()
+        }
+        Err(e) if route == super::dify::ROUTE => super::dify::DifyError::from(e).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -172,13 +180,7 @@ async fn check(state: &ServeState, mut req: Request, next: Next) -> Result<Respo
         .get(..7)
         .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
         .map(|_| &given[7..])
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_token",
-                "the Authorization header is not `Bearer TOKEN`",
-            )
-        })?;
+        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", NOT_BEARER))?;
     let scope = state.options.tokens.scope_of(token).ok_or_else(|| {
         ApiError::new(
             StatusCode::UNAUTHORIZED,

@@ -9,6 +9,7 @@
 
 pub mod approver;
 mod auth;
+mod dify;
 mod dto;
 pub mod elicitor;
 mod error;

@@ -48,6 +48,7 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
         .route("/v1/pipelines", get(list_pipelines))
         .route("/v1/models", get(list_models))
         .route("/v1/models/{model}", get(retrieve_model))
+        .route(super::dify::ROUTE, post(super::dify::retrieval))
         .route(
             "/v1/pipelines/{id}/attachments",
             get(list_pipeline_pins).post(add_pipeline_pin),
@@ -178,6 +179,8 @@ mod tests {
             Scope::Admin
         );
         assert_eq!(needed_scope(&Method::GET, "/v1/models"), Scope::Read);
+        // Dify's door retrieves: it looks.
+        assert_eq!(needed_scope(&Method::POST, "/retrieval"), Scope::Read);
         // The raw path never decides: a consent id that looks like a read is not one.
         assert_eq!(
             needed_scope(&Method::POST, "/v1/consent-requests/{id}"),

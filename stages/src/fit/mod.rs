@@ -17,6 +17,7 @@
 //! The injected total never exceeds the budget, and for ranked texts a larger budget
 //! never loses a passage a smaller one kept (a property test below).
 
+pub mod passages;
 pub mod retrieval;
 mod shrink;
 mod walk;

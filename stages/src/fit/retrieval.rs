@@ -62,6 +62,9 @@ pub(crate) struct Reordered {
     pub notes: Vec<String>,
     /// Warnings: what failed (the order is then the one before it).
     pub warnings: Vec<String>,
+    /// How many passages at the head of the order carry the reranker's relevance as
+    /// their score (0 when nothing was reranked).
+    pub reranked: usize,
 }
 
 /// The ranked texts the units point into.
@@ -177,6 +180,7 @@ impl Retrieval {
                             .filter(|i| !top.iter().any(|(j, _)| j == i))
                             .map(|i| order[i]),
                     );
+                    out.reranked = top.len();
                     order.splice(..n, head);
                     out.notes.push(format!(
                         "the first {n} passages reranked by `{}`",

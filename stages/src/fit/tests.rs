@@ -544,3 +544,113 @@ proptest! {
         }
     }
 }
+
+fn retrieve_run(
+    items: Vec<Item>,
+    message: &str,
+    top_k: usize,
+    threshold: f64,
+) -> passages::Retrieved {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap_or_else(|e| unreachable!("{e}"));
+    let request = hostpipe_core::PassageRequest::new(top_k, threshold);
+    rt.block_on(passages::retrieve(
+        items,
+        FitQuery {
+            message,
+            history: &[],
+        },
+        &request,
+        &opts(),
+    ))
+}
+
+/// Retrieval ranks like fitting: the passage holding the answer comes first, scores are
+/// in [0, 1] and never rise along the answer, and `top_k` and `score_threshold` cut it.
+#[test]
+fn retrieval_finds_the_answer_first_with_scores_in_the_unit_interval() {
+    let mut doc = filler("networking", 12, 1);
+    doc.push_str("\n## Proxy\n\nThe proxy timeout is 42 seconds for the gateway.\n");
+    let items = vec![
+        text_item(0, filler("cooking", 10, 2)),
+        text_item(1, doc),
+        Item {
+            must: true,
+            ..text_item(2, filler("gardening", 6, 3))
+        },
+    ];
+    let got = retrieve_run(
+        items,
+        "What proxy timeout does the gateway team use?",
+        3,
+        0.0,
+    );
+    assert!(!got.passages.is_empty());
+    let first = &got.passages[0];
+    assert_eq!(first.uri, "kb://doc1.md");
+    assert!(first.text.contains("42 seconds"), "{}", first.text);
+    assert_eq!(first.heading, "networking handbook > Proxy");
+    assert!(got.passages.len() <= 3);
+    for p in &got.passages {
+        assert!((0.0..=1.0).contains(&p.score), "{}", p.score);
+    }
+    for w in got.passages.windows(2) {
+        assert!(w[0].score >= w[1].score);
+    }
+    // The must resource is not forced in: nothing in it matches.
+    assert!(got.passages.iter().all(|p| p.uri != "kb://doc2.md"));
+    // Per item: the answer's resource records its passages, the others say why not.
+    assert!(matches!(
+        got.outcome.fitted[1].treatment,
+        Treatment::Chunked { .. }
+    ));
+    assert_eq!(
+        got.outcome.fitted[1].passages.len(),
+        got.passages
+            .iter()
+            .filter(|p| p.uri == "kb://doc1.md")
+            .count()
+    );
+    // The threshold cuts at a score: just above the last passage's score drops it (and
+    // whatever ties with it), and nothing else.
+    let scores: Vec<f64> = got.passages.iter().map(|p| p.score).collect();
+    assert_eq!(got.passages.len(), 3, "{scores:?}");
+    assert!(scores[2] < scores[0], "{scores:?}");
+    let items = || {
+        let mut doc = filler("networking", 12, 1);
+        doc.push_str("\n## Proxy\n\nThe proxy timeout is 42 seconds for the gateway.\n");
+        vec![
+            text_item(0, filler("cooking", 10, 2)),
+            text_item(1, doc),
+            Item {
+                must: true,
+                ..text_item(2, filler("gardening", 6, 3))
+            },
+        ]
+    };
+    let message = "What proxy timeout does the gateway team use?";
+    let cut = retrieve_run(items(), message, 3, scores[2] + 1e-4);
+    let kept = scores.iter().filter(|s| **s >= scores[2] + 1e-4).count();
+    assert_eq!(cut.passages.len(), kept, "{scores:?}");
+    let one = retrieve_run(items(), message, 1, 0.0);
+    assert_eq!(one.passages.len(), 1);
+    assert!(one.passages[0].text.contains("42 seconds"));
+}
+
+/// A query without terms retrieves nothing, and says so.
+#[test]
+fn retrieval_without_query_terms_retrieves_nothing() {
+    let got = retrieve_run(
+        vec![text_item(0, filler("cooking", 3, 2))],
+        "the of and",
+        5,
+        0.0,
+    );
+    assert!(got.passages.is_empty());
+    assert!(
+        got.outcome.notes[0].contains("no terms"),
+        "{:?}",
+        got.outcome.notes
+    );
+}

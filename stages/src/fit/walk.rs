@@ -88,16 +88,23 @@ fn cost_with(
 }
 
 /// The order of the ranked pool.
-struct Order {
+pub(super) struct Order {
     /// Passages of must resources: matching ones by score, then the others in document
     /// order.
-    musts: Vec<Unit>,
+    pub musts: Vec<Unit>,
     /// Every other passage that matches, by score (or as retrieval reordered them).
-    rest: Vec<Unit>,
+    pub rest: Vec<Unit>,
     /// Each query term's weighted IDF (for best spans).
     weights: Vec<f64>,
     /// How many passages a query term matched (before any dense retrieval).
     matched: usize,
+    /// Per member and passage: the boosted BM25 score.
+    pub lexical: Vec<Vec<f64>>,
+    /// What a passage of average length holding once each query term that occurs in the
+    /// pool scores (the sum of those terms' weighted IDFs): the lexical scale of 1.
+    pub ceiling: f64,
+    /// How many units at the head of `rest` carry a reranker's relevance as their score.
+    pub reranked: usize,
 }
 
 impl Order {
@@ -141,7 +148,7 @@ pub(super) async fn select(
 
 /// The ranking: BM25 over all passages, boosted by scope and priority, musts first,
 /// then dense retrieval and reranking when configured.
-async fn order(
+pub(super) async fn order(
     input: &Input<'_>,
     texts: &[&str],
     opts: &FitOptions,
@@ -164,6 +171,19 @@ async fn order(
         })
         .collect();
     let (scores, weights) = rank(&inputs, input.query);
+    // The lexical scale: the weights of the query terms some passage (or title) holds.
+    let ceiling: f64 = input
+        .query
+        .terms
+        .iter()
+        .zip(&weights)
+        .filter(|((t, _), _)| {
+            inputs
+                .iter()
+                .any(|i| !i.index.postings(t).is_empty() || i.field_terms.contains(t))
+        })
+        .map(|(_, w)| w)
+        .sum();
     let boost_of = |m: usize| {
         let item = &items[indexes[m].0];
         boost(item.source.scope, item.priority)
@@ -173,6 +193,7 @@ async fn order(
     let mut rest = Vec::new();
     // Passages no query term matched: dense retrieval may still bring them in.
     let mut unmatched = Vec::new();
+    let mut lexical = Vec::with_capacity(scores.len());
     for (m, s) in scores.iter().enumerate() {
         let b = boost_of(m);
         for (p, &x) in s.iter().enumerate() {
@@ -187,6 +208,7 @@ async fn order(
                 (false, false) => unmatched.push(unit),
             }
         }
+        lexical.push(s.iter().map(|x| x * b).collect());
     }
     let by_score = |a: &Unit, b: &Unit| {
         b.score
@@ -210,6 +232,7 @@ async fn order(
         .collect();
     keyed.sort_by_key(|(key, _)| *key);
     let musts: Vec<Unit> = keyed.into_iter().map(|(_, u)| u).collect();
+    let mut reranked = 0;
     if let Some(retrieval) = &opts.retrieval {
         let pool = Pool {
             indexes,
@@ -221,12 +244,16 @@ async fn order(
             .await;
         outcome.notes.extend(done.notes);
         outcome.warnings.extend(done.warnings);
+        reranked = done.reranked;
     }
     Order {
         musts,
         rest,
         weights,
         matched,
+        lexical,
+        ceiling,
+        reranked,
     }
 }
 

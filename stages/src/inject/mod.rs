@@ -30,13 +30,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use hostpipe_core::{
-    Attachment, BuildContext, ConfigError, McpSource, Role, Stage, StageError, StageOutcome,
-    StagePhase, Tokenizer, Turn,
+    Attachment, BuildContext, ConfigError, McpSource, PassageRequest, Role, Stage, StageError,
+    StageOutcome, StagePhase, Tokenizer, Turn,
 };
 
 use self::config::Options;
 pub use self::config::{AttachmentConfig, InjectConfig};
 use crate::config::parse_section;
+use crate::fit::passages::retrieve;
 use crate::fit::{FitOptions, FitOutcome, FitQuery, Item, fit};
 use crate::reader::ReadPolicy;
 
@@ -91,15 +92,7 @@ impl ResourceContextInjection {
         budget: usize,
         tk: &Tokenizer,
     ) -> FitOutcome {
-        // Recent user messages join the query of a follow-up, most recent first.
-        let history: Vec<&str> = turn
-            .history
-            .iter()
-            .rev()
-            .filter(|m| m.role == Role::User)
-            .take(HISTORY_LOOKBACK)
-            .map(|m| m.text.as_str())
-            .collect();
+        let history = history_of(turn);
         let query = FitQuery {
             message: &turn.message.text,
             history: &history,
@@ -117,9 +110,16 @@ impl Stage for ResourceContextInjection {
         if turn.extensions.get::<hostpipe_core::ToolsOnly>().is_some() {
             return Ok(StageOutcome::Continue);
         }
+        // A retrieval (`POST /retrieval`) wants passages, not a context: no budget.
+        let passages = turn.extensions.get::<Arc<PassageRequest>>().map(Arc::clone);
         let tk = Tokenizer::new(turn.model.encoding).map_err(|e| StageError::msg(e.to_string()))?;
-        let budget = budget::budget(&self.config, self.mcp.as_ref(), turn, &tk).await;
-        turn.context_budget = Some(budget);
+        let budget = match &passages {
+            Some(_) => usize::MAX,
+            None => budget::budget(&self.config, self.mcp.as_ref(), turn, &tk).await,
+        };
+        if passages.is_none() {
+            turn.context_budget = Some(budget);
+        }
 
         let mut planned = plan::plan(
             turn,
@@ -139,10 +139,33 @@ impl Stage for ResourceContextInjection {
             read::read_all(self.mcp.as_ref(), planned, turn.deadline).await
         };
         let collected = read::collect(turn, &self.policy, fetched).await;
-        let outcome = self.fit_items(turn, collected.items, budget, &tk).await;
+        let outcome = match passages {
+            Some(request) => {
+                let history = history_of(turn);
+                let query = FitQuery {
+                    message: &turn.message.text,
+                    history: &history,
+                };
+                let found = retrieve(collected.items, query, &request, &self.fit).await;
+                request.answer(found.passages);
+                found.outcome
+            }
+            None => self.fit_items(turn, collected.items, budget, &tk).await,
+        };
         record::finish(turn, outcome, collected.records, refused);
         Ok(StageOutcome::Continue)
     }
+}
+
+/// Recent user messages, which join the query of a follow-up, most recent first.
+fn history_of(turn: &Turn) -> Vec<&str> {
+    turn.history
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::User)
+        .take(HISTORY_LOOKBACK)
+        .map(|m| m.text.as_str())
+        .collect()
 }
 
 fn build(section: &serde_json::Value, ctx: &BuildContext) -> Result<Box<dyn Stage>, ConfigError> {

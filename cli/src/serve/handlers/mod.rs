@@ -49,7 +49,7 @@ fn check_ids(ids: &[(&str, &Option<String>)]) -> ApiResult<()> {
 }
 
 /// The configured pipeline `id`, or 404 `unknown_pipeline` naming the others.
-fn pipeline<'a>(state: &'a ServeState, id: &str) -> ApiResult<&'a Pipeline> {
+pub(super) fn pipeline<'a>(state: &'a ServeState, id: &str) -> ApiResult<&'a Pipeline> {
     state.app.pipelines.get(id).ok_or_else(|| {
         let ids: Vec<&str> = state.app.pipelines.keys().map(String::as_str).collect();
         ApiError::not_found(
