@@ -76,17 +76,24 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
         )
         .layer(axum::middleware::from_fn(
             move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                let dify = req.uri().path() == super::dify::ROUTE;
                 match tokio::time::timeout(request_timeout, next.run(req)).await {
                     Ok(response) => response,
-                    Err(_) => ApiError::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "request_timeout",
-                        format!(
-                            "no answer within {} ms ([serve] request_timeout_ms)",
-                            request_timeout.as_millis()
-                        ),
-                    )
-                    .into_response(),
+                    Err(_) => {
+                        let e = ApiError::new(
+                            StatusCode::GATEWAY_TIMEOUT,
+                            "request_timeout",
+                            format!(
+                                "no answer within {} ms ([serve] request_timeout_ms)",
+                                request_timeout.as_millis()
+                            ),
+                        );
+                        if dify {
+                            super::dify::DifyError::from(e).into_response()
+                        } else {
+                            e.into_response()
+                        }
+                    }
                 }
             },
         ))
