@@ -2,9 +2,10 @@
 # Runs every hostpipe test on a fresh machine: installs the pinned MCP peers the
 # end-to-end tests talk to (npm: tests/package-lock.json, which also pins the official
 # MCP conformance suite and the Node 22 it needs; Python: tests/requirements.txt into
-# tests/.venv), Debian's postgresql and chromium when they are missing (the store tests
-# start a private PostgreSQL; the admin page test drives Chromium), builds the hostpipe binary
-# and the conformance client, then runs the whole workspace's tests.
+# tests/.venv, and the LangBot plugin's SDK, plugins/langbot/requirements-dev.txt, into
+# tests/.venv-langbot), Debian's postgresql and chromium when they are missing (the store
+# tests start a private PostgreSQL; the admin page test drives Chromium), builds the
+# hostpipe binary and the conformance client, then runs the whole workspace's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,13 @@ if ! tests/.venv/bin/python -c 'import mcp' 2>/dev/null; then
   python3 -m venv tests/.venv
 fi
 tests/.venv/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+
+echo "== the LangBot plugin's SDK (plugins/langbot/requirements-dev.txt)"
+if ! tests/.venv-langbot/bin/python -c 'import langbot_plugin' 2>/dev/null; then
+  rm -rf tests/.venv-langbot
+  python3 -m venv tests/.venv-langbot
+fi
+tests/.venv-langbot/bin/pip install --quiet --disable-pip-version-check -r plugins/langbot/requirements-dev.txt
 
 echo "== Debian packages: postgresql (the store tests start a private server), chromium (the admin page test)"
 packages=()

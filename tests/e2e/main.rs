@@ -20,6 +20,7 @@ mod everything;
 mod failures;
 mod filesystem;
 mod fuzz;
+mod langbot;
 mod live;
 mod oauth;
 mod openai_endpoint;

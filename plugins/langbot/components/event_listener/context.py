@@ -1,0 +1,167 @@
+"""On every normal message (private and group), asks hostpipe for the context its
+pipeline would inject and puts it before the user's message, in the message the runner
+gets (`user_message_alter`). Because it rewrites the message, not the system prompt, it
+works with every LangBot runner: the local agent, Dify, n8n, Coze and the others.
+
+hostpipe is called with `POST /v1/turns` and the `preview` runner: the pipeline's
+stages run (binding, prompts, mentions, resource context injection, with its consent
+policy, cache and history), no model is called, and the answer's
+`request.fenced_context` is the context exactly as hostpipe's own runners would send it
+(each resource inside its fence).
+
+The conversation id is LangBot's session name, `{launcher_type}_{launcher_id}`
+(`person_12345`, `group_67890`), so hostpipe's conversation pins apply per chat.
+
+A hostpipe that is down, slow, refuses the token or fails never stops a message: the
+call is bounded by `timeout_ms` as a whole (connect, send and read together), and on
+any failure the message goes on unchanged and one warning is logged (never the token).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import typing
+
+import httpx
+from langbot_plugin.api.definition.components.common.event_listener import EventListener
+from langbot_plugin.api.entities import context, events
+from langbot_plugin.api.entities.builtin.provider import message as provider_message
+
+log = logging.getLogger("hostpipe-context")
+
+#: Default of the `timeout_ms` setting.
+DEFAULT_TIMEOUT_MS = 5000
+#: Bounds of the `timeout_ms` setting, in milliseconds.
+MIN_TIMEOUT_MS, MAX_TIMEOUT_MS = 100, 60_000
+
+
+class Settings(typing.NamedTuple):
+    """The plugin's settings, checked (manifest.yaml `spec.config`)."""
+
+    url: str
+    token: str
+    pipeline: str
+    timeout_s: float
+
+    @classmethod
+    def of(cls, config: dict[str, typing.Any]) -> "Settings | str":
+        """The settings in `config`, or a sentence saying which one is wrong."""
+        url = str(config.get("hostpipe_url") or "").strip().rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            return "`hostpipe_url` must be an http:// or https:// URL"
+        token = str(config.get("token") or "").strip()
+        if not token:
+            return "`token` is empty: set an admin token of hostpipe serve"
+        pipeline = str(config.get("pipeline") or "default").strip()
+        try:
+            ms = int(config.get("timeout_ms") or DEFAULT_TIMEOUT_MS)
+        except (TypeError, ValueError):
+            return "`timeout_ms` must be a whole number of milliseconds"
+        ms = min(max(ms, MIN_TIMEOUT_MS), MAX_TIMEOUT_MS)
+        return cls(url, token, pipeline, ms / 1000)
+
+
+async def fetch_context(
+    settings: Settings,
+    message: str,
+    conversation_id: str,
+    sender: str,
+    client: httpx.AsyncClient | None = None,
+) -> str:
+    """The fenced context hostpipe's pipeline injects for `message` ("" when it injects
+    nothing).
+
+    Raises `HostpipeError` (a sentence for the log, without the token) when hostpipe
+    cannot be reached, takes longer than `settings.timeout_s` in all, or answers with
+    an error.
+    """
+    body = {
+        "pipeline": settings.pipeline,
+        "message": message,
+        "runner": "preview",
+        "conversation_id": conversation_id,
+        "sender": sender,
+    }
+    headers = {"Authorization": f"Bearer {settings.token}"}
+    own = client is None
+    http = client or httpx.AsyncClient(timeout=settings.timeout_s)
+    try:
+        response = await asyncio.wait_for(
+            http.post(f"{settings.url}/v1/turns", json=body, headers=headers),
+            timeout=settings.timeout_s,
+        )
+    except (asyncio.TimeoutError, httpx.TimeoutException):
+        raise HostpipeError(
+            f"hostpipe did not answer within {int(settings.timeout_s * 1000)} ms"
+        ) from None
+    except httpx.HTTPError as e:
+        raise HostpipeError(f"hostpipe could not be reached: {type(e).__name__}") from None
+    finally:
+        if own:
+            await http.aclose()
+    if response.status_code != 200:
+        try:
+            code = response.json()["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            code = "no error code"
+        raise HostpipeError(f"hostpipe answered {response.status_code} ({code})")
+    try:
+        doc = response.json()
+    except ValueError:
+        raise HostpipeError("hostpipe's answer is not JSON") from None
+    if doc.get("failed"):
+        raise HostpipeError(
+            f"hostpipe's turn {doc.get('turn_id', '?')} failed; its trace says why"
+        )
+    request = doc.get("request") or {}
+    return str(request.get("fenced_context") or "")
+
+
+class HostpipeError(Exception):
+    """hostpipe gave no context (the reason, without secrets)."""
+
+
+def with_context(
+    event: events.PersonNormalMessageReceived | events.GroupNormalMessageReceived,
+    fenced: str,
+) -> None:
+    """Puts `fenced` before the message the runner gets: before what another plugin
+    already put there, else before the user's text."""
+    current = event.user_message_alter
+    if current is None:
+        event.user_message_alter = f"{fenced}\n\n{event.text_message}"
+    elif isinstance(current, str):
+        event.user_message_alter = f"{fenced}\n\n{current}"
+    else:
+        parts = current if isinstance(current, list) else [current]
+        event.user_message_alter = [
+            provider_message.ContentElement.from_text(f"{fenced}\n\n"),
+            *parts,
+        ]
+
+
+class ContextListener(EventListener):
+    async def initialize(self):
+        await super().initialize()
+
+        async def on_message(ctx: context.EventContext) -> None:
+            event = ctx.event
+            if not event.text_message.strip():
+                return
+            settings = Settings.of(self.get_plugin_config())
+            if isinstance(settings, str):
+                log.warning("hostpipe context is off: %s", settings)
+                return
+            conversation = f"{event.launcher_type}_{event.launcher_id}"
+            try:
+                fenced = await fetch_context(
+                    settings, event.text_message, conversation, str(event.sender_id)
+                )
+            except HostpipeError as e:
+                log.warning("no hostpipe context for %s: %s", conversation, e)
+                return
+            if fenced:
+                with_context(event, fenced)
+
+        self.handler(events.PersonNormalMessageReceived)(on_message)
+        self.handler(events.GroupNormalMessageReceived)(on_message)
