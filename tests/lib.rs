@@ -647,11 +647,13 @@ impl Drop for Postgres {
 
 /// The admin token the [`Service`] helper starts `hostpipe serve` with.
 pub const ADMIN_TOKEN: &str = "e2e-admin-token-0123456789abcdef";
+/// The turn token the [`Service`] helper starts `hostpipe serve` with.
+pub const TURN_TOKEN: &str = "e2e-turn-token-0123456789abcdef";
 /// The read-only token the [`Service`] helper starts `hostpipe serve` with.
 pub const READ_TOKEN: &str = "e2e-read-token-0123456789abcdef";
 
-/// A running `hostpipe serve` on a free loopback port, with [`ADMIN_TOKEN`] and
-/// [`READ_TOKEN`]; stopped with SIGTERM (and killed, if need be) when dropped.
+/// A running `hostpipe serve` on a free loopback port, with [`ADMIN_TOKEN`],
+/// [`TURN_TOKEN`] and [`READ_TOKEN`]; stopped with SIGTERM (and killed, if need be) when dropped.
 pub struct Service {
     child: tokio::process::Child,
     /// `http://127.0.0.1:PORT`.
@@ -688,6 +690,7 @@ impl Service {
             .arg(store)
             .args(extra)
             .env("HOSTPIPE_TOKEN", ADMIN_TOKEN)
+            .env("HOSTPIPE_TURN_TOKEN", TURN_TOKEN)
             .env("HOSTPIPE_READ_TOKEN", READ_TOKEN)
             .env("HOSTPIPE_DATA_DIR", dir.path())
             .envs(env.iter().copied())

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hostpipe_tests::{ADMIN_TOKEN, Service, root};
+use hostpipe_tests::{Service, TURN_TOKEN, root};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_langbot_plugin_puts_the_pipelines_context_into_the_message() {
@@ -29,7 +29,7 @@ async fn the_langbot_plugin_puts_the_pipelines_context_into_the_message() {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
         .current_dir(root().join("plugins/langbot"))
         .env("HOSTPIPE_URL", &svc.base)
-        .env("HOSTPIPE_TOKEN", ADMIN_TOKEN)
+        .env("HOSTPIPE_TOKEN", TURN_TOKEN)
         .env("HOSTPIPE_PIPELINE", "default")
         .kill_on_drop(true)
         .output();

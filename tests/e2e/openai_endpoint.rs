@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hostpipe_tests::openai_api::{ChatCompletions, answer, stream, tool_call};
-use hostpipe_tests::{ADMIN_TOKEN, Service, root};
+use hostpipe_tests::{ADMIN_TOKEN, Service, TURN_TOKEN, root};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
@@ -154,7 +154,8 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
             .arg("assistant")
             .arg("limited")
             .arg("tooled")
-            .env("HOSTPIPE_TOKEN", ADMIN_TOKEN)
+            // A platform's key: a turn token.
+            .env("HOSTPIPE_TOKEN", TURN_TOKEN)
             .output(),
     )
     .await

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hostpipe_tests::{ADMIN_TOKEN, Postgres, READ_TOKEN, Service, root};
+use hostpipe_tests::{ADMIN_TOKEN, Postgres, READ_TOKEN, Service, TURN_TOKEN, root};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -202,23 +202,32 @@ async fn every_documented_route_needs_the_right_token() {
                 .await
                 .unwrap();
             assert_eq!(raw.status(), StatusCode::UNAUTHORIZED, "{method} {path}");
-            // The read-only token: refused exactly on the admin operations.
-            let (s, v, h) = call(&svc, m.clone(), &url, Some(READ_TOKEN), None).await;
-            if op["x-hostpipe-scope"] == "admin" {
-                assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path}: {v}");
-                assert_eq!(code(&v), "insufficient_scope");
-                assert!(
-                    h["www-authenticate"]
-                        .to_str()
-                        .unwrap()
-                        .contains("insufficient_scope")
-                );
-            } else {
-                assert_eq!(op["x-hostpipe-scope"], "read", "{method} {path}");
-                assert!(
-                    s != StatusCode::FORBIDDEN && s != StatusCode::UNAUTHORIZED,
-                    "{method} {path} with the read token: {s} {v}"
-                );
+            // The read-only and turn tokens: each refused exactly where the document's
+            // scope is above its own, with the scope named in the challenge.
+            let rank = |scope: &str| match scope {
+                "read" => 0,
+                "turn" => 1,
+                "admin" => 2,
+                other => panic!("{method} {path}: x-hostpipe-scope `{other}`"),
+            };
+            let needed = op["x-hostpipe-scope"].as_str().unwrap_or_default();
+            for (token, own) in [(READ_TOKEN, "read"), (TURN_TOKEN, "turn")] {
+                let (s, v, h) = call(&svc, m.clone(), &url, Some(token), None).await;
+                if rank(needed) > rank(own) {
+                    assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path} ({own}): {v}");
+                    assert_eq!(code(&v), "insufficient_scope");
+                    assert_eq!(
+                        h["www-authenticate"].to_str().unwrap(),
+                        format!(
+                            "Bearer realm=\"hostpipe\", error=\"insufficient_scope\", scope=\"{needed}\""
+                        )
+                    );
+                } else {
+                    assert!(
+                        s != StatusCode::FORBIDDEN && s != StatusCode::UNAUTHORIZED,
+                        "{method} {path} with the {own} token: {s} {v}"
+                    );
+                }
             }
             checked += 1;
         }
@@ -1564,6 +1573,7 @@ fn serve_refuses_to_start_without_a_good_token() {
         let mut cmd = hostpipe_tests::hostpipe_command();
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--store", "none"])
             .env_remove("HOSTPIPE_TOKEN")
+            .env_remove("HOSTPIPE_TURN_TOKEN")
             .env_remove("HOSTPIPE_READ_TOKEN");
         for (k, v) in env {
             cmd.env(k, v);
@@ -1575,7 +1585,14 @@ fn serve_refuses_to_start_without_a_good_token() {
         run(&[]),
         (
             Some(2),
-            "error: no API token: every /v1 route needs one. Set HOSTPIPE_TOKEN (admin) and optionally HOSTPIPE_READ_TOKEN (read-only), or [serve] admin_tokens / read_tokens\n".into()
+            "error: no API token: every /v1 route needs one. Set HOSTPIPE_TOKEN (admin) and optionally HOSTPIPE_TURN_TOKEN (turns, for bot platforms) and HOSTPIPE_READ_TOKEN (read-only), or [serve] admin_tokens / turn_tokens / read_tokens\n".into()
+        )
+    );
+    assert_eq!(
+        run(&[("HOSTPIPE_TURN_TOKEN", "short")]),
+        (
+            Some(2),
+            "error: HOSTPIPE_TURN_TOKEN: the token is 5 bytes; use at least 16 (e.g. `openssl rand -hex 32`)\n".into()
         )
     );
     assert_eq!(

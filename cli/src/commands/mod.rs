@@ -169,8 +169,9 @@ pub(crate) enum StandaloneCommand {
     /// also loads pins and writes its history there (default: no store).
     Bench(BenchArgs),
     /// Serve the HTTP API and the admin page until SIGTERM or Ctrl-C (docs/http-api.md).
-    /// Needs a token: HOSTPIPE_TOKEN (admin), HOSTPIPE_READ_TOKEN (read-only) or
-    /// `[serve] admin_tokens` / `read_tokens`.
+    /// Needs a token: HOSTPIPE_TOKEN (admin), HOSTPIPE_TURN_TOKEN (turns: for bot
+    /// platforms), HOSTPIPE_READ_TOKEN (read-only) or `[serve] admin_tokens` /
+    /// `turn_tokens` / `read_tokens`.
     Serve(ServeArgs),
     /// Serve the embedded demo MCP server on stdio.
     DemoServer(DemoServerArgs),

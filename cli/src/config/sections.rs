@@ -63,6 +63,10 @@ pub struct ServeSection {
     /// Bearer tokens with every right (`HOSTPIPE_TOKEN` adds one). At least 16 bytes.
     #[serde(default)]
     pub admin_tokens: Vec<String>,
+    /// Bearer tokens that may look and run turns (`/v1/turns`, `/v1/chat/completions`),
+    /// for bot platforms (`HOSTPIPE_TURN_TOKEN` adds one). At least 16 bytes.
+    #[serde(default)]
+    pub turn_tokens: Vec<String>,
     /// Bearer tokens that may only look: lists, reads, completion, history
     /// (`HOSTPIPE_READ_TOKEN` adds one). At least 16 bytes.
     #[serde(default)]

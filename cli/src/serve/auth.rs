@@ -12,21 +12,38 @@ use subtle::ConstantTimeEq as _;
 
 use super::{ApiError, BodyLimits, MIN_TOKEN_BYTES, ScopeCell, ServeState};
 
-/// What a bearer token may do.
+/// What a bearer token may do. Ordered: each scope may do what the ones before it may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
-    /// Look: every `GET`, and the two `POST`s that only look (`resources/read`,
-    /// `completion`).
+    /// Look: every `GET`, the `POST`s that only look (`resources/read`, `completion`,
+    /// `prompts/{name}`) and Dify's `/retrieval`.
     Read,
-    /// Everything: also attach and detach, run turns, answer consent requests.
+    /// Look, and run turns (`POST /v1/turns`, `POST /v1/chat/completions`): what a bot
+    /// platform needs, and nothing that changes what others see (pins, consent answers,
+    /// servers).
+    Turn,
+    /// Everything: also attach and detach, call tools, answer consent and elicitation
+    /// requests, log in.
     Admin,
+}
+
+impl Scope {
+    /// `read`, `turn` or `admin`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Turn => "turn",
+            Self::Admin => "admin",
+        }
+    }
 }
 
 /// The tokens `hostpipe serve` accepts.
 #[derive(Clone, Default)]
 pub struct Tokens {
     admin: Vec<Vec<u8>>,
+    turn: Vec<Vec<u8>>,
     read: Vec<Vec<u8>>,
 }
 
@@ -34,16 +51,18 @@ impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Tokens {{ admin: {} tokens, read: {} tokens }}",
+            "Tokens {{ admin: {} tokens, turn: {} tokens, read: {} tokens }}",
             self.admin.len(),
+            self.turn.len(),
             self.read.len()
         )
     }
 }
 
 impl Tokens {
-    /// The tokens of `[serve] admin_tokens` and `read_tokens`, plus `HOSTPIPE_TOKEN`
-    /// (admin) and `HOSTPIPE_READ_TOKEN` (read) when set.
+    /// The tokens of `[serve] admin_tokens`, `turn_tokens` and `read_tokens`, plus
+    /// `HOSTPIPE_TOKEN` (admin), `HOSTPIPE_TURN_TOKEN` (turn) and `HOSTPIPE_READ_TOKEN`
+    /// (read) when set.
     ///
     /// # Errors
     /// When there is no token at all (every `/v1` route needs one), or a token is
@@ -52,6 +71,7 @@ impl Tokens {
     pub fn load(
         section: &crate::config::ServeSection,
         env_admin: Option<String>,
+        env_turn: Option<String>,
         env_read: Option<String>,
     ) -> anyhow::Result<Self> {
         /// The checked tokens of one scope: `[serve] KEY[i]`, then `env` (named `env_name`).
@@ -88,6 +108,12 @@ impl Tokens {
                 "HOSTPIPE_TOKEN",
                 env_admin,
             )?,
+            turn: checked(
+                "turn_tokens",
+                &section.turn_tokens,
+                "HOSTPIPE_TURN_TOKEN",
+                env_turn,
+            )?,
             read: checked(
                 "read_tokens",
                 &section.read_tokens,
@@ -95,9 +121,9 @@ impl Tokens {
                 env_read,
             )?,
         };
-        if tokens.admin.is_empty() && tokens.read.is_empty() {
+        if tokens.admin.is_empty() && tokens.turn.is_empty() && tokens.read.is_empty() {
             anyhow::bail!(
-                "no API token: every /v1 route needs one. Set HOSTPIPE_TOKEN (admin) and optionally HOSTPIPE_READ_TOKEN (read-only), or [serve] admin_tokens / read_tokens"
+                "no API token: every /v1 route needs one. Set HOSTPIPE_TOKEN (admin) and optionally HOSTPIPE_TURN_TOKEN (turns, for bot platforms) and HOSTPIPE_READ_TOKEN (read-only), or [serve] admin_tokens / turn_tokens / read_tokens"
             );
         }
         Ok(tokens)
@@ -111,9 +137,13 @@ impl Tokens {
                 found | bool::from(t.as_slice().ct_eq(token))
             })
         };
-        if is(&self.admin) {
+        // Every list is checked, so the time does not tell the scope either.
+        let (admin, turn, read) = (is(&self.admin), is(&self.turn), is(&self.read));
+        if admin {
             Some(Scope::Admin)
-        } else if is(&self.read) {
+        } else if turn {
+            Some(Scope::Turn)
+        } else if read {
             Some(Scope::Read)
         } else {
             None
@@ -125,8 +155,12 @@ impl Tokens {
 pub(super) const NOT_BEARER: &str = "the Authorization header is not `Bearer TOKEN`";
 
 /// Which scope a request to the route `route` (as routed: `/v1/servers/{server}/…`)
-/// needs: [`Scope::Read`] for `GET` and the two `POST`s that only look.
+/// needs: [`Scope::Read`] for `GET` and the `POST`s that only look, [`Scope::Turn`] for
+/// running a turn, [`Scope::Admin`] for the rest.
 pub(super) fn needed_scope(method: &Method, route: &str) -> Scope {
+    if method == Method::POST && matches!(route, "/v1/turns" | "/v1/chat/completions") {
+        return Scope::Turn;
+    }
     let looks = method == Method::GET
         || method == Method::HEAD
         || (method == Method::POST
@@ -198,11 +232,18 @@ async fn check(state: &ServeState, mut req: Request, next: Next) -> Result<Respo
             StatusCode::FORBIDDEN,
             "insufficient_scope",
             format!(
-                "{} {} needs an admin token; this one is read-only",
+                "{} {} needs {} token; this one is a {} token",
                 req.method(),
-                req.uri().path()
+                req.uri().path(),
+                match needed {
+                    Scope::Admin => "an admin",
+                    Scope::Turn => "a turn or admin",
+                    Scope::Read => "a",
+                },
+                scope.as_str()
             ),
-        ));
+        )
+        .needing(needed));
     }
     req.extensions_mut().insert(BodyLimits {
         timeout: state.options.request_timeout,

@@ -55,6 +55,8 @@ pub struct ApiError {
     status: StatusCode,
     pub(crate) code: &'static str,
     pub(crate) message: String,
+    /// For `insufficient_scope`: the scope the route needs (the challenge names it).
+    needed: Option<super::Scope>,
 }
 
 impl ApiError {
@@ -75,7 +77,15 @@ impl ApiError {
             status,
             code,
             message,
+            needed: None,
         }
+    }
+
+    /// The error, saying that the route needs `scope` (RFC 6750 §3: the challenge's
+    /// `scope`).
+    pub(crate) fn needing(mut self, scope: super::Scope) -> Self {
+        self.needed = Some(scope);
+        self
     }
 
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
@@ -111,13 +121,16 @@ impl ApiError {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, value);
-        } else if self.status == StatusCode::FORBIDDEN {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(
-                    "Bearer realm=\"hostpipe\", error=\"insufficient_scope\", scope=\"admin\"",
-                ),
+        } else if self.status == StatusCode::FORBIDDEN
+            && let Some(needed) = self.needed
+        {
+            let value = format!(
+                "Bearer realm=\"hostpipe\", error=\"insufficient_scope\", scope=\"{}\"",
+                needed.as_str()
             );
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+            }
         }
         response
     }

@@ -104,6 +104,9 @@ impl ServeOptions {
             std::env::var("HOSTPIPE_TOKEN")
                 .ok()
                 .filter(|t| !t.is_empty()),
+            std::env::var("HOSTPIPE_TURN_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty()),
             std::env::var("HOSTPIPE_READ_TOKEN")
                 .ok()
                 .filter(|t| !t.is_empty()),
@@ -271,7 +274,7 @@ impl Drop for AccessLine {
             path = self.path.as_str(),
             status,
             latency_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            scope = scope.map(|s| if s == Scope::Admin { "admin" } else { "read" }),
+            scope = scope.map(Scope::as_str),
             client = self.client.map(|c| c.to_string()),
             request_id = self.request_id.as_str(),
             "request"

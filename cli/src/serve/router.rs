@@ -179,11 +179,12 @@ mod tests {
             needed_scope(&Method::POST, "/v1/servers/{server}/tools/{name}/call"),
             Scope::Admin
         );
-        assert_eq!(needed_scope(&Method::POST, "/v1/turns"), Scope::Admin);
+        // Running a turn is what a bot platform's turn token may do.
+        assert_eq!(needed_scope(&Method::POST, "/v1/turns"), Scope::Turn);
         // The OpenAI-compatible door: a completion runs a turn, the model list looks.
         assert_eq!(
             needed_scope(&Method::POST, "/v1/chat/completions"),
-            Scope::Admin
+            Scope::Turn
         );
         assert_eq!(needed_scope(&Method::GET, "/v1/models"), Scope::Read);
         // Dify's door retrieves: it looks.

@@ -51,7 +51,7 @@ class Settings(typing.NamedTuple):
             return "`hostpipe_url` must be an http:// or https:// URL"
         token = str(config.get("token") or "").strip()
         if not token:
-            return "`token` is empty: set an admin token of hostpipe serve"
+            return "`token` is empty: set a turn token of hostpipe serve (HOSTPIPE_TURN_TOKEN)"
         pipeline = str(config.get("pipeline") or "default").strip()
         try:
             ms = int(config.get("timeout_ms") or DEFAULT_TIMEOUT_MS)
