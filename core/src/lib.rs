@@ -75,8 +75,8 @@ pub use trace::{
     ToolCallRecord, Trace, TraceEvent, TraceRecord, unix_ms_now,
 };
 pub use turn::{
-    BoundServer, CallerRound, CallerToolCall, CallerToolResult, HistoryMessage, Turn, TurnIds,
-    UserMessage, Variables,
+    BoundServer, CallerRound, CallerToolCall, CallerToolResult, HistoryMessage, MessageImage, Turn,
+    TurnIds, UserMessage, Variables,
 };
 
 #[doc(hidden)]

@@ -30,6 +30,23 @@ pub struct TurnIds {
 pub struct UserMessage {
     /// The text.
     pub text: String,
+    /// Images the user sent with it (the OpenAI-compatible door's `image_url` parts).
+    /// The resource context injection stage fits them like attached images, as musts
+    /// at message scope: a model with vision gets them with the message, another a
+    /// note. They travel as context blocks, never in this field, so it is not
+    /// serialized.
+    #[serde(skip)]
+    pub images: Vec<MessageImage>,
+}
+
+/// An image of the user's message: its MIME type (`image/png`, `image/jpeg`,
+/// `image/gif`, `image/webp`) and its bytes, as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageImage {
+    /// The MIME type.
+    pub mime_type: String,
+    /// The encoded image.
+    pub data: Vec<u8>,
 }
 
 /// One earlier message of the conversation.
@@ -189,7 +206,10 @@ impl Turn {
                 pipeline: pipeline.into(),
                 ..TurnIds::default()
             },
-            message: UserMessage { text: text.into() },
+            message: UserMessage {
+                text: text.into(),
+                images: Vec::new(),
+            },
             ..Self::default()
         }
     }

@@ -228,7 +228,10 @@ pub(crate) fn request(text: &str) -> RunRequest {
         },
         system_prompt: None,
         history: Vec::new(),
-        message: UserMessage { text: text.into() },
+        message: UserMessage {
+            text: text.into(),
+            images: Vec::new(),
+        },
         variables: Variables::new(),
         sender: None,
         context: Vec::new(),

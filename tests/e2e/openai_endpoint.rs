@@ -327,3 +327,141 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
     assert!(!log.contains(secret));
     assert!(!String::from_utf8_lossy(&out.stdout).contains(secret));
 }
+
+/// Runs tests/clients/openai_image_client.py against a service whose `[model]` says
+/// `vision`, and returns what it printed and what upstream got.
+async fn image_turn(vision: bool) -> (Value, Vec<Value>) {
+    let upstream = MockServer::start().await;
+    let api = ChatCompletions::new(vec![answer("It is red.")]);
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(api.clone())
+        .mount(&upstream)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hostpipe.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[model]
+vision = {vision}
+
+[mcp_servers.demo]
+command = {exe:?}
+args = ["demo-server"]
+
+[pipelines.eyes]
+stages = ["bind_mcp_servers", "resource_context_injection"]
+runner = "local"
+
+[pipelines.eyes.bind_mcp_servers]
+servers = ["demo"]
+
+[pipelines.eyes.resource_context_injection]
+budget_tokens = 2000
+attachments = [{{ server = "demo", uri = "demo://config/app.json" }}]
+
+[pipelines.eyes.local]
+base_url = "{upstream}/v1"
+model = "gpt-upstream"
+api_key_env = "HOSTPIPE_TEST_UPSTREAM_KEY"
+stream = false
+"#,
+            exe = hostpipe_tests::hostpipe_bin(),
+            upstream = upstream.uri(),
+        ),
+    )
+    .unwrap();
+    let svc = Service::start_with_env(
+        &config,
+        "none",
+        &[],
+        &[("HOSTPIPE_TEST_UPSTREAM_KEY", "sk-upstream-0123456789")],
+    )
+    .await;
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(root().join("tests/.venv/bin/python"))
+            .arg(root().join("tests/clients/openai_image_client.py"))
+            .arg(&svc.base)
+            .arg("eyes")
+            .env("HOSTPIPE_TOKEN", TURN_TOKEN)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}\n{}", svc.log_text());
+    (serde_json::from_slice(&out.stdout).unwrap(), api.requests())
+}
+
+/// The user's message as upstream got it: its content parts (a text-only message is
+/// one text part).
+fn user_parts(request: &Value) -> Vec<Value> {
+    let last = request["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "user", "{request}");
+    match &last["content"] {
+        Value::String(s) => vec![json!({"type": "text", "text": s})],
+        Value::Array(parts) => parts.clone(),
+        other => panic!("content: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_in_the_message_reaches_a_vision_model_and_is_a_note_for_another() {
+    // A model with vision gets the image with the message, as a data URL of a PNG.
+    let (doc, requests) = image_turn(true).await;
+    assert_eq!(doc["content"], "It is red.");
+    // An https URL is refused (hostpipe fetches nothing a caller names), naming the part.
+    assert_eq!(
+        doc["remote"],
+        json!({"status": 400, "code": "invalid_request", "param": "messages[0].content[1].image_url.url"})
+    );
+    assert_eq!(requests.len(), 1, "the refused request never went upstream");
+    let parts = user_parts(&requests[0]);
+    let images: Vec<&str> = parts
+        .iter()
+        .filter(|p| p["type"] == "image_url")
+        .map(|p| p["image_url"]["url"].as_str().unwrap())
+        .collect();
+    assert_eq!(images.len(), 1, "{parts:?}");
+    let png = images[0]
+        .strip_prefix("data:image/png;base64,")
+        .unwrap_or_else(|| panic!("{}", images[0]));
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(png)
+        .unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // IHDR: 8×8.
+    assert_eq!(&bytes[16..24], &[0, 0, 0, 8, 0, 0, 0, 8]);
+    assert!(
+        parts.iter().any(|p| p["type"] == "text"
+            && p["text"]
+                .as_str()
+                .unwrap()
+                .contains("What colour is this picture?")),
+        "{parts:?}"
+    );
+    // The attached resource is still in the context, fenced.
+    assert!(fenced(
+        system_text(&requests[0]),
+        "demo://config/app.json",
+        "\"qwen2.5-72b\""
+    ));
+
+    // A model without vision gets no image, and its context says why, in the fence.
+    let (doc, requests) = image_turn(false).await;
+    assert_eq!(doc["content"], "It is red.");
+    let parts = user_parts(&requests[0]);
+    assert!(parts.iter().all(|p| p["type"] == "text"), "{parts:?}");
+    let system = system_text(&requests[0]);
+    assert!(fenced(system, "message:image/1", "not shown"), "{system}");
+}

@@ -20,6 +20,7 @@
 
 mod budget;
 mod config;
+mod images;
 mod plan;
 mod read;
 mod record;
@@ -138,7 +139,13 @@ impl Stage for ResourceContextInjection {
         } else {
             read::read_all(self.mcp.as_ref(), planned, turn.deadline).await
         };
-        let collected = read::collect(turn, &self.policy, fetched).await;
+        let mut collected = read::collect(turn, &self.policy, fetched).await;
+        let resources = collected.items.len();
+        if passages.is_none() {
+            collected
+                .items
+                .extend(images::items(turn, &self.policy.limits));
+        }
         let outcome = match passages {
             Some(request) => {
                 let history = history_of(turn);
@@ -152,6 +159,7 @@ impl Stage for ResourceContextInjection {
             }
             None => self.fit_items(turn, collected.items, budget, &tk).await,
         };
+        let outcome = images::finish(turn, outcome, resources);
         record::finish(turn, outcome, collected.records, refused);
         Ok(StageOutcome::Continue)
     }

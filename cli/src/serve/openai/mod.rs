@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hostpipe_core::{HistoryMessage, Role, Turn};
+use hostpipe_core::{HistoryMessage, MessageImage, Role, Turn};
 use hostpipe_engine::{RunnerFailure, TurnOutcome, TurnStatus};
 
 use self::wire::{
@@ -306,8 +306,9 @@ fn conversation_id(headers: &HeaderMap, body: &ChatRequest) -> Result<Option<Str
     Ok(id)
 }
 
-/// The text of `content`; `param` names it in errors. Images are refused for now (the
-/// turn's message carries text only), as are parts other than text.
+/// The text of `content`; `param` names it in errors. Image parts are left to
+/// [`images_of`] (only the turn's message carries images: an earlier message's are
+/// dropped, its text kept); other parts are refused.
 fn text_of(content: &Content, param: &str) -> Result<String, OpenAiError> {
     match content {
         Content::Text(t) => Ok(t.clone()),
@@ -318,12 +319,7 @@ fn text_of(content: &Content, param: &str) -> Result<String, OpenAiError> {
                     Part::Text { text } | Part::Refusal { refusal: text } => {
                         texts.push(text.as_str())
                     }
-                    Part::ImageUrl {} => {
-                        return Err(OpenAiError::invalid(
-                            format!("{param}[{j}]"),
-                            format!("{param}[{j}]: image parts are not supported yet; send text"),
-                        ));
-                    }
+                    Part::ImageUrl { .. } => {}
                     Part::Other => {
                         return Err(OpenAiError::invalid(
                             format!("{param}[{j}]"),
@@ -373,10 +369,28 @@ fn turn_from(
         ));
     };
     let message = user_message(&body.messages[at], at)?;
+    let images = match &body.messages[at] {
+        InMessage::User { content } => images_of(content, &format!("messages[{at}].content"))?,
+        _ => Vec::new(),
+    };
+    if !images.is_empty()
+        && !p
+            .stage_names()
+            .any(|s| s == hostpipe_stages::ResourceContextInjection::NAME)
+    {
+        return Err(OpenAiError::invalid(
+            format!("messages[{at}].content"),
+            format!(
+                "pipeline `{}` has no resource_context_injection stage, which carries a message's images to the model; send text only",
+                p.id()
+            ),
+        ));
+    }
     let (system, history) = earlier_messages(&body.messages[..at])?;
     let caller_tools = tools::offered(&body.tools)?;
     let caller_rounds = tools::rounds(&body.messages[at + 1..], at + 1, &caller_tools)?;
     let mut turn = Turn::new(p.id(), message);
+    turn.message.images = images;
     turn.ids.conversation = conversation;
     turn.ids.message = format!("openai-{}", uuid::Uuid::new_v4());
     turn.sender = body.user;
@@ -407,7 +421,7 @@ fn user_message(last: &InMessage, index: usize) -> Result<String, OpenAiError> {
     };
     let param = format!("messages[{index}].content");
     let message = text_of(content, &param)?;
-    if message.trim().is_empty() {
+    if message.trim().is_empty() && images_of(content, &param)?.is_empty() {
         return Err(OpenAiError::invalid(param, "the user's message is empty"));
     }
     if message.len() > MAX_MESSAGE_BYTES {
@@ -422,6 +436,59 @@ fn user_message(last: &InMessage, index: usize) -> Result<String, OpenAiError> {
         .with_param(param));
     }
     Ok(message)
+}
+
+/// Most images in one message.
+const MAX_IMAGES: usize = 16;
+
+/// The images of `content`'s `image_url` parts, decoded. Only `data:` URLs of the
+/// image types hostpipe decodes (PNG, JPEG, GIF, WebP) with base64 data are taken: an
+/// `https` URL is refused, since hostpipe fetches nothing a caller names (a server-side
+/// request forgery), and so is anything that does not decode. Errors name the part.
+fn images_of(content: &Content, param: &str) -> Result<Vec<MessageImage>, OpenAiError> {
+    use base64::Engine as _;
+    let Content::Parts(parts) = content else {
+        return Ok(Vec::new());
+    };
+    let mut images = Vec::new();
+    for (j, part) in parts.iter().enumerate() {
+        let Part::ImageUrl { image_url } = part else {
+            continue;
+        };
+        let at = format!("{param}[{j}].image_url.url");
+        let bad = |why: &str| OpenAiError::invalid(at.clone(), format!("{at}: {why}"));
+        let Some(rest) = image_url.url.strip_prefix("data:") else {
+            return Err(bad(
+                "only `data:` URLs are taken (send the image inline, base64); hostpipe does not fetch URLs",
+            ));
+        };
+        let Some((header, data)) = rest.split_once(',') else {
+            return Err(bad("a `data:` URL needs a comma before its data"));
+        };
+        let Some(mime) = header.strip_suffix(";base64") else {
+            return Err(bad("the image must be base64 (`data:image/png;base64,…`)"));
+        };
+        let mime = mime.trim().to_ascii_lowercase();
+        if !hostpipe_stages::convert::is_image(&mime) {
+            return Err(bad(&format!(
+                "`{mime}` is not an image type hostpipe decodes (image/png, image/jpeg, image/gif, image/webp)"
+            )));
+        }
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| bad(&format!("the base64 data does not decode: {e}")))?;
+        images.push(MessageImage {
+            mime_type: mime,
+            data,
+        });
+        if images.len() > MAX_IMAGES {
+            return Err(OpenAiError::invalid(
+                param.to_owned(),
+                format!("{param}: at most {MAX_IMAGES} images in one message"),
+            ));
+        }
+    }
+    Ok(images)
 }
 
 /// The messages before the last user message: the system and developer texts, in

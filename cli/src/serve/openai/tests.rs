@@ -72,12 +72,12 @@ fn earlier_messages_are_the_system_texts_and_the_history() {
 
 #[test]
 fn what_a_turn_cannot_carry_is_refused_naming_the_field() {
-    let image = request(
+    let audio = request(
         json!({"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "see"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}),
+        {"type": "text", "text": "hear"},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]}),
     );
-    let e = user_message(&image.messages[0], 0).unwrap_err();
+    let e = user_message(&audio.messages[0], 0).unwrap_err();
     assert_eq!(param(&e), "messages[0].content[1]");
     let assistant_last =
         request(json!({"model": "m", "messages": [{"role": "assistant", "content": "x"}]}));
@@ -185,5 +185,40 @@ fn caller_tools_are_namespaced_and_their_rounds_checked() {
     ] {
         let r = request(json!({"model": "m", "messages": [], "tools": tools}));
         assert_eq!(param(&tools::offered(&r.tools).unwrap_err()), field);
+    }
+}
+
+#[test]
+fn image_parts_take_base64_data_urls_of_image_types_only() {
+    let content = |url: &str| -> Content {
+        serde_json::from_value(json!([
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": url}}
+        ]))
+        .unwrap()
+    };
+    let got = images_of(&content("data:image/PNG;base64,iVBORw0KGgo="), "m").unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].mime_type, "image/png");
+    assert_eq!(got[0].data, b"\x89PNG\r\n\x1a\n");
+    // The text of the same content leaves the image out.
+    assert_eq!(
+        text_of(&content("data:image/png;base64,AA=="), "m").unwrap(),
+        "look"
+    );
+    for (url, says) in [
+        ("https://example.invalid/a.png", "only `data:` URLs"),
+        ("data:image/png,rawbytes", "must be base64"),
+        (
+            "data:text/plain;base64,aGk=",
+            "`text/plain` is not an image type",
+        ),
+        ("data:image/png;base64,not base64!", "does not decode"),
+        ("data:image/png;base64", "needs a comma"),
+    ] {
+        let e = images_of(&content(url), "messages[0].content").unwrap_err();
+        assert_eq!(param(&e), "messages[0].content[1].image_url.url", "{url}");
+        let message = e.body()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains(says), "{url}: {message}");
     }
 }

@@ -147,8 +147,11 @@ pub(crate) enum Part {
         /// The text.
         text: String,
     },
-    /// An image (`image_url.url`: an https or `data:` URL).
-    ImageUrl {},
+    /// An image (`image_url.url`: an https or `data:` URL; hostpipe takes `data:`).
+    ImageUrl {
+        /// The image.
+        image_url: ImageUrl,
+    },
     /// The model's refusal (assistant messages).
     Refusal {
         /// Why.
@@ -160,6 +163,13 @@ pub(crate) enum Part {
 }
 
 // ---- responses ----------------------------------------------------------------------
+
+/// An `image_url` part's image.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ImageUrl {
+    /// `data:image/png;base64,…` (RFC 2397), or an `https` URL.
+    pub url: String,
+}
 
 /// The `chat.completion` object (API reference: "The chat completion object").
 #[derive(Debug, Serialize)]
