@@ -126,6 +126,24 @@ impl Pipeline {
         }
     }
 
+    /// The servers this pipeline binds for `turn` (with their status), with the stages
+    /// run as for [`Pipeline::call_tool`]: what a caller outside a turn (the MCP
+    /// gateway) may list and read.
+    ///
+    /// # Errors
+    /// The [`TurnOutcome`] of a stage that ended the turn.
+    pub async fn bound_servers(
+        &self,
+        mut turn: Turn,
+    ) -> Result<Vec<hostpipe_core::BoundServer>, Box<TurnOutcome>> {
+        turn.extensions.insert(hostpipe_core::ToolsOnly);
+        self.begin(&mut turn);
+        match self.run_stages(&mut turn).await {
+            Prepared::Request(..) => Ok(turn.bound_servers),
+            Prepared::Ended(outcome) => Err(Box::new(outcome)),
+        }
+    }
+
     /// The tools this pipeline offers in `turn`, as the model sees them, with the stages
     /// run as for [`Pipeline::call_tool`].
     ///
