@@ -20,6 +20,7 @@ mod failures;
 mod filesystem;
 mod fuzz;
 mod live;
+mod mcp_door;
 mod oauth;
 mod openai_endpoint;
 mod prompts;

@@ -158,12 +158,15 @@ async fn every_documented_route_needs_the_right_token() {
                 let (s, _, _) = call(&svc, m, &url, None, None).await;
                 // The OAuth callback needs no token either; without a login waiting
                 // for its `state` it answers 400 (tests/e2e/oauth.rs logs in through it).
+                // The MCP door takes the same tokens (tests/e2e/mcp_door.rs drives it).
                 let expected = if path == "/oauth/callback" {
                     StatusCode::BAD_REQUEST
+                } else if path.starts_with("/mcp") {
+                    StatusCode::UNAUTHORIZED
                 } else {
                     StatusCode::OK
                 };
-                assert_eq!(s, expected, "{method} {path} needs no token");
+                assert_eq!(s, expected, "{method} {path}");
                 continue;
             }
             // No token: 401 and the RFC 6750 challenge; a documented route is never 404.

@@ -29,7 +29,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -82,25 +81,14 @@ pub(super) fn routes(state: &Arc<ServeState>) -> Router<Arc<ServeState>> {
         ))
 }
 
-/// The token check of the door: 401 with `WWW-Authenticate: Bearer` (RFC 6750 §3,
-/// `error="invalid_token"` for a token that is not ours), 404 `unknown_pipeline` for a
+/// The token check of the door: 401 with `WWW-Authenticate: Bearer realm="hostpipe"`
+/// (RFC 6750 §3; `error="invalid_token"` for a token that is not ours), 404 `unknown_pipeline` for a
 /// path that names no pipeline; else the request goes on with its [`Caller`].
 async fn authorize(State(state): State<Arc<ServeState>>, mut req: Request, next: Next) -> Response {
+    // A 401 carries the RFC 6750 challenge ([`ApiError`]'s response).
     let scope = match token_scope(&state, req.headers()) {
         Ok(scope) => scope,
-        Err(e) => {
-            let challenge = if e.code == "invalid_token" {
-                "Bearer realm=\"hostpipe\", error=\"invalid_token\""
-            } else {
-                "Bearer realm=\"hostpipe\""
-            };
-            let mut response = e.into_response();
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(challenge),
-            );
-            return response;
-        }
+        Err(e) => return e.into_response(),
     };
     if let Some(cell) = req.extensions().get::<ScopeCell>() {
         let _ = cell.0.set(scope);
