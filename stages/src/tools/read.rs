@@ -30,8 +30,8 @@ pub(super) enum Fetched {
     Refused(String),
     /// The server's answer, the gate that allowed it and what the listing says.
     Read {
-        gate: Gate,
-        listed: Listed,
+        gate: Box<Gate>,
+        listed: Box<Listed>,
         read: ResourceRead,
     },
 }
@@ -108,7 +108,11 @@ impl BoundTools {
         match read {
             Ok(read) => {
                 record.cache_hit = read.cache_hit;
-                Ok(Fetched::Read { gate, listed, read })
+                Ok(Fetched::Read {
+                    gate: Box::new(gate),
+                    listed: Box::new(listed),
+                    read,
+                })
             }
             Err(e) => {
                 record.outcome = ReadOutcome::Failed;
