@@ -67,20 +67,7 @@ pub(super) fn namespaced_uri(server: &str, uri: &str) -> String {
 pub(super) fn split_uri(uri: &str) -> Option<(String, &str)> {
     let rest = uri.strip_prefix(SCHEME)?;
     let (server, original) = rest.split_once('/')?;
-    let bytes = server.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = server.get(i + 1..i + 3)?;
-            decoded.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            decoded.push(bytes[i]);
-            i += 1;
-        }
-    }
-    let server = String::from_utf8(decoded).ok()?;
+    let server = super::percent_decode(server)?;
     (!server.is_empty() && !original.is_empty()).then_some((server, original))
 }
 
@@ -483,5 +470,6 @@ mod tests {
         assert_eq!(split_uri("hostpipe://demo"), None);
         assert_eq!(split_uri("hostpipe://demo/"), None);
         assert_eq!(split_uri("hostpipe://bad%zz/x"), None);
+        assert_eq!(split_uri("hostpipe://bad%+1/x"), None);
     }
 }

@@ -98,7 +98,7 @@ async fn authorize(State(state): State<Arc<ServeState>>, mut req: Request, next:
         .path()
         .strip_prefix("/mcp/")
         .filter(|p| !p.is_empty())
-        .map(str::to_owned);
+        .map(|p| percent_decode(p).unwrap_or_else(|| p.to_owned()));
     if let Some(id) = &pipeline
         && !state.app.pipelines.contains_key(id)
     {
@@ -130,4 +130,25 @@ pub(crate) fn default_pipeline(state: &ServeState) -> Option<&str> {
         1 => pipelines.keys().next().map(String::as_str),
         _ => None,
     }
+}
+
+/// `s` with its `%XX` escapes decoded (RFC 3986 §2.1); `None` when an escape is not two
+/// hex digits or the result is not UTF-8.
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(decoded).ok()
 }
