@@ -80,8 +80,19 @@ fn gateway_turn(state: &ServeState, p: &Pipeline) -> Turn {
     turn
 }
 
-/// The connected servers `p` binds, in binding order.
+/// Whether `p` has the stage whose executor holds its read policy (`tool_assembly`):
+/// without it the gateway lists and reads nothing of `p`.
+fn has_executor(p: &Pipeline) -> bool {
+    p.stage_names()
+        .any(|n| n == hostpipe_stages::ToolAssembly::NAME)
+}
+
+/// The connected servers `p` binds, in binding order; none when `p` has no
+/// `tool_assembly` stage (nothing could be read).
 async fn bound(state: &ServeState, p: &Pipeline) -> Result<Vec<String>, ErrorData> {
+    if !has_executor(p) {
+        return Ok(Vec::new());
+    }
     let servers = p
         .bound_servers(gateway_turn(state, p))
         .await
@@ -302,6 +313,15 @@ pub(super) async fn read(
             None,
         )),
         Err(ToolError::Source(e)) => Err(source_error(uri, &e)),
+        // The one read a pipeline refuses this way: it has no executor.
+        Err(ToolError::NotOffered { .. }) => Err(ErrorData::invalid_request(
+            format!(
+                "pipeline `{}` has no `{}` stage, whose executor applies its read policy: the gateway reads nothing of it",
+                p.id(),
+                hostpipe_stages::ToolAssembly::NAME
+            ),
+            None,
+        )),
         Err(e) => Err(ErrorData::invalid_request(
             format!("pipeline `{}` cannot read `{uri}`: {e}", p.id()),
             None,
