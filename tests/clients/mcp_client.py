@@ -9,7 +9,8 @@ conversation, once with a budget of 0, once with bad arguments, once for another
 pipeline), lists the resources, templates and prompts, reads an aggregated resource, a
 template expansion, a resource the pipeline's consent policy denies and one of a server
 it does not bind, gets a prompt; on BASE_URL/mcp (the default pipeline) lists the
-resources; with the read-only token lists the tools and calls `fit_context`. Prints one
+resources and calls `fit_context` without a pipeline and with an unknown one; with the
+read-only token lists the tools and calls `fit_context`. Prints one
 JSON document of what it saw; the e2e test checks the values.
 """
 import asyncio
@@ -125,9 +126,17 @@ async def main():
 
     async def default(session):
         resources = await session.list_resources()
-        return [r.uri for r in resources.resources]
+        fitted = await session.call_tool("fit_context", {"query": "hello"})
+        unknown = await session.call_tool(
+            "fit_context", {"query": "hello", "pipeline": "no-such-pipeline"}
+        )
+        return {
+            "resources": [r.uri for r in resources.resources],
+            "fit_pipeline": (fitted.structured_content or {}).get("pipeline"),
+            "fit_unknown": {"is_error": unknown.is_error, "text": text_of(unknown)},
+        }
 
-    out["default_resources"] = await session_for(f"{base}/mcp", admin_token, default)
+    out["default"] = await session_for(f"{base}/mcp", admin_token, default)
 
     async def read_only(session):
         tools = await session.list_tools()

@@ -306,7 +306,7 @@ async fn the_mcp_sdk_fits_context_and_reads_through_the_gateway() {
     );
 
     // /mcp serves pipeline `default`, which binds `other` only.
-    let default: Vec<&str> = doc["default_resources"]
+    let default: Vec<&str> = doc["default"]["resources"]
         .as_array()
         .unwrap()
         .iter()
@@ -316,6 +316,14 @@ async fn the_mcp_sdk_fits_context_and_reads_through_the_gateway() {
     assert!(
         default.iter().all(|u| u.starts_with("hostpipe://other/")),
         "{default:?}"
+    );
+
+    assert_eq!(doc["default"]["fit_pipeline"], "default");
+    let unknown = &doc["default"]["fit_unknown"];
+    assert_eq!(unknown["is_error"], true);
+    assert_eq!(
+        unknown["text"][0],
+        "no pipeline `no-such-pipeline`; pipelines: assistant, default"
     );
 
     // A read-only token lists and reads, but fit_context (which writes the history)
