@@ -1,8 +1,9 @@
 //! The reads of [`BoundTools`]: the model's `read_resource` ([`BoundTools::read`]) and
 //! a caller's read outside the model's turn ([`ToolExecutor::read_for_caller`], the MCP
-//! door's gateway). Both go through [`BoundTools::fetch`]: the server bound for the turn,
-//! the listing's audience, MIME type and size ([`ReadPolicy::refuse_listed`]), the consent
-//! gate; then each item is judged ([`ItemReader`]). The model gets converted content,
+//! door's gateway). Each checks that the server is bound for the turn, then both go
+//! through [`BoundTools::fetch`]: the listing's audience, MIME type and size
+//! ([`ReadPolicy::refuse_listed`]), the consent gate, the read; then each item is judged
+//! ([`ItemReader`]). The model gets converted content,
 //! texts truncated to `max_read_tokens`; a caller gets the items as the server sent them.
 //!
 //! [`ReadPolicy::refuse_listed`]: crate::reader::ReadPolicy::refuse_listed
