@@ -69,7 +69,10 @@ pub use source::{
 pub use stage::{Stage, StageOutcome};
 pub use summarize::{SummarizeError, Summarizer};
 pub use tokens::{Encoding, Tokenizer, Truncation};
-pub use tool::{ToolError, ToolExecutor, ToolFilter, ToolOrigin, ToolSpec, ToolsOnly};
+pub use tool::{
+    BudgetOverride, CallerRead, ToolError, ToolExecutor, ToolFilter, ToolOrigin, ToolSpec,
+    ToolsOnly,
+};
 pub use trace::{
     CallOrigin, PassageRecord, ReadOrigin, ReadOutcome, ReadRecord, ReadSink, StageOutcomeKind,
     ToolCallRecord, Trace, TraceEvent, TraceRecord, unix_ms_now,

@@ -201,6 +201,51 @@ pub trait ToolExecutor: Send + Sync {
             name: format!("{server}/{tool}"),
         })
     }
+
+    /// Reads resource `uri` of `server` for a caller outside the model's turn (the MCP
+    /// door's gateway, `hostpipe serve`'s `/mcp`), on behalf of `origin`, under the same
+    /// policy as the model's `read_resource`: the server is bound for the turn, the
+    /// listing's audience, MIME type and size pass, the consent gate allows a model read
+    /// of the URI, and each item that came back passes the byte and MIME limits (and the
+    /// gate, when under another URI). The read is recorded like the model's. The default
+    /// refuses every read as not offered.
+    ///
+    /// # Errors
+    /// [`ToolError::ServerNotBound`], [`ToolError::NotOffered`], or the server's error
+    /// ([`ToolError::Source`]). A read the policy withholds is `Ok`
+    /// ([`CallerRead::Withheld`]).
+    async fn read_for_caller(
+        &self,
+        server: &str,
+        uri: &str,
+        origin: crate::trace::CallOrigin,
+    ) -> Result<CallerRead, ToolError> {
+        let _ = (server, origin);
+        Err(ToolError::NotOffered {
+            name: format!("read of {uri}"),
+        })
+    }
+}
+
+/// What [`ToolExecutor::read_for_caller`] got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallerRead {
+    /// The items the policy let through, as the server sent them (blobs decoded), in
+    /// the server's order; items it withheld are left out and named in `withheld`.
+    Contents {
+        /// The items.
+        contents: Vec<crate::source::ResourceContents>,
+        /// What the caller is told of each item left out (its URI and why, never its
+        /// content).
+        withheld: Vec<String>,
+    },
+    /// The policy refused the read (nothing reached the caller, and when refused before
+    /// the read, nothing reached the server): what the caller is told.
+    Withheld {
+        /// The note, e.g. `[resource kb://a from `kb` withheld: reading it was not
+        /// allowed]`.
+        note: String,
+    },
 }
 
 /// Marks a turn that runs a pipeline's stages only to call one tool (the HTTP API's
@@ -209,6 +254,13 @@ pub trait ToolExecutor: Send + Sync {
 /// and stages that gather context skip their reads (there is no message to answer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ToolsOnly;
+
+/// A caller's resource budget for one turn, in tokens, over the pipeline's
+/// `budget_tokens` / `budget_share` (`hostpipe serve`'s MCP door: `fit_context`'s
+/// `budget`). In [`Turn::extensions`](crate::Turn::extensions); the injection stage
+/// still lowers it to what the model has left for input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetOverride(pub usize);
 
 impl std::fmt::Debug for dyn ToolExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -22,6 +22,7 @@ mod filesystem;
 mod fuzz;
 mod langbot;
 mod live;
+mod mcp_door;
 mod oauth;
 mod openai_endpoint;
 mod prompts;

@@ -158,7 +158,8 @@ async fn every_documented_route_needs_the_right_token() {
                 // The OAuth callback needs no token either; without a login waiting
                 // for its `state` it answers 400 (tests/e2e/oauth.rs logs in through it).
                 // Dify's door needs its key, and says so in Dify's shape
-                // (tests/e2e/dify.rs checks the rest).
+                // (tests/e2e/dify.rs checks the rest); the MCP door takes the same
+                // tokens (tests/e2e/mcp_door.rs drives it).
                 let (s, v, _) = call(&svc, m, &url, None, None).await;
                 if path == "/retrieval" {
                     assert_eq!(s, StatusCode::UNAUTHORIZED, "{method} {path}: {v}");
@@ -167,10 +168,12 @@ async fn every_documented_route_needs_the_right_token() {
                 }
                 let expected = if path == "/oauth/callback" {
                     StatusCode::BAD_REQUEST
+                } else if path.starts_with("/mcp") {
+                    StatusCode::UNAUTHORIZED
                 } else {
                     StatusCode::OK
                 };
-                assert_eq!(s, expected, "{method} {path} needs no token");
+                assert_eq!(s, expected, "{method} {path}");
                 continue;
             }
             // No token: 401 and the RFC 6750 challenge; a documented route is never 404.

@@ -196,13 +196,13 @@ pub(super) async fn authorize(
     }
 }
 
-/// [`authorize`], its errors as [`ApiError`]s.
-async fn check(state: &ServeState, mut req: Request, next: Next) -> Result<Response, ApiError> {
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(|v| v.as_bytes().to_vec());
-    let Some(given) = given else {
+/// The scope of the bearer token in `headers` (RFC 6750 §2.1), or 401 `missing_token`
+/// or `invalid_token`.
+pub(super) fn token_scope(
+    state: &ServeState,
+    headers: &axum::http::HeaderMap,
+) -> Result<Scope, ApiError> {
+    let Some(given) = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()) else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "missing_token",
@@ -215,13 +215,18 @@ async fn check(state: &ServeState, mut req: Request, next: Next) -> Result<Respo
         .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
         .map(|_| &given[7..])
         .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", NOT_BEARER))?;
-    let scope = state.options.tokens.scope_of(token).ok_or_else(|| {
+    state.options.tokens.scope_of(token).ok_or_else(|| {
         ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_token",
             "the token is not valid",
         )
-    })?;
+    })
+}
+
+/// [`authorize`], its errors as [`ApiError`]s.
+async fn check(state: &ServeState, mut req: Request, next: Next) -> Result<Response, ApiError> {
+    let scope = token_scope(state, req.headers())?;
     let route = req
         .extensions()
         .get::<axum::extract::MatchedPath>()

@@ -14,6 +14,7 @@ mod dto;
 pub mod elicitor;
 mod error;
 mod handlers;
+mod mcp;
 mod openai;
 mod router;
 
@@ -161,6 +162,14 @@ pub(crate) struct ServeState {
     logins: handlers::login::PendingLogins,
 }
 
+impl ServeState {
+    /// Whether pipeline `id` has its `preview` runner (built for every pipeline at
+    /// start): a preview turn without one would run the pipeline's own runner.
+    pub(crate) fn has_preview(&self, id: &str) -> bool {
+        self.preview.contains_key(id)
+    }
+}
+
 /// One event of a streamed turn (`text/event-stream`); the SSE event name is
 /// its `name`, the data its JSON.
 #[derive(Debug, Clone)]
@@ -297,8 +306,12 @@ pub(crate) fn router(state: Arc<ServeState>) -> Router {
     let page = |body: &'static str, mime: &'static str| {
         get(move || async move { ([(header::CONTENT_TYPE, mime)], body) })
     };
+    // The MCP door: its own token check (401 with a `WWW-Authenticate` challenge) and
+    // body limit (rmcp's).
+    let mcp = mcp::routes(&state);
     Router::new()
         .merge(v1)
+        .merge(mcp)
         .route("/", page(ADMIN_HTML, "text/html; charset=utf-8"))
         .route(
             "/admin.js",

@@ -20,7 +20,9 @@ mod outcome;
 mod stages;
 mod tools;
 
-pub use outcome::{Prepared, RunnerFailure, ToolCallOutcome, TurnOutcome, TurnStatus};
+pub use outcome::{
+    CallerReadOutcome, Prepared, RunnerFailure, ToolCallOutcome, TurnOutcome, TurnStatus,
+};
 
 /// A named stage in a pipeline.
 struct NamedStage {

@@ -120,3 +120,13 @@ pub enum Prepared {
     /// A stage ended the turn.
     Ended(TurnOutcome),
 }
+
+/// What [`Pipeline::read_for_caller`](super::Pipeline::read_for_caller) did.
+#[derive(Debug)]
+pub struct CallerReadOutcome {
+    /// What the caller gets (a withheld read is `Ok`, with the note saying so), or why
+    /// the read was not made.
+    pub result: Result<hostpipe_core::CallerRead, hostpipe_core::ToolError>,
+    /// The stages' records and the read's.
+    pub trace: Trace,
+}

@@ -2,7 +2,7 @@
 
 use hostpipe_core::{RunRequest, Trace, Turn};
 
-use super::{Pipeline, Prepared, ToolCallOutcome, TurnOutcome};
+use super::{CallerReadOutcome, Pipeline, Prepared, ToolCallOutcome, TurnOutcome};
 
 impl Pipeline {
     /// Calls MCP tool `tool` (its name as `server` lists it) with `arguments` (a JSON
@@ -78,6 +78,70 @@ impl Pipeline {
             result,
             trace,
         })
+    }
+
+    /// Reads resource `uri` of `server` for a caller outside a model's turn (`hostpipe
+    /// serve`'s MCP gateway) on behalf of `origin`, under this pipeline's policy: the
+    /// stages run over `turn` marked [`ToolsOnly`] (servers bound, policies published,
+    /// no context read), then the turn's executor reads as the model's `read_resource`
+    /// would ([`ToolExecutor::read_for_caller`]): bound server, the listing's audience,
+    /// MIME type and size, the consent gate (a model read), the byte and MIME limits on
+    /// what came back. The read is in the outcome's trace and in the store's history.
+    /// Runs in the pipeline's elicitation scope.
+    ///
+    /// # Errors
+    /// The [`TurnOutcome`] of a stage that ended the turn: nothing was read.
+    ///
+    /// [`ToolsOnly`]: hostpipe_core::ToolsOnly
+    /// [`ToolExecutor::read_for_caller`]: hostpipe_core::ToolExecutor::read_for_caller
+    pub async fn read_for_caller(
+        &self,
+        mut turn: Turn,
+        server: &str,
+        uri: &str,
+        origin: hostpipe_core::trace::CallOrigin,
+    ) -> Result<CallerReadOutcome, Box<TurnOutcome>> {
+        turn.ids.pipeline.clone_from(&self.id);
+        if turn.deadline.is_none() {
+            turn.deadline = self.turn_timeout.map(|t| std::time::Instant::now() + t);
+        }
+        let scope = self.elicit_scope(&turn);
+        let read = async move {
+            let (request, mut trace) = self.tools_turn(turn).await?;
+            let result = match &request.tool_executor {
+                Some(executor) => executor.read_for_caller(server, uri, origin).await,
+                // No tool_assembly stage: no executor holds the pipeline's read policy.
+                None => Err(hostpipe_core::ToolError::NotOffered {
+                    name: format!("read of {uri} (the pipeline has no tool_assembly stage)"),
+                }),
+            };
+            trace.collect_reported();
+            self.record_reads(&request.ids, &mut trace, 0).await;
+            self.record_calls(&request.ids, &mut trace, 0).await;
+            Ok(CallerReadOutcome { result, trace })
+        };
+        match scope {
+            Some(scope) => scope.run(read).await,
+            None => read.await,
+        }
+    }
+
+    /// The servers this pipeline binds for `turn` (with their status), with the stages
+    /// run as for [`Pipeline::call_tool`]: what a caller outside a turn (the MCP
+    /// gateway) may list and read.
+    ///
+    /// # Errors
+    /// The [`TurnOutcome`] of a stage that ended the turn.
+    pub async fn bound_servers(
+        &self,
+        mut turn: Turn,
+    ) -> Result<Vec<hostpipe_core::BoundServer>, Box<TurnOutcome>> {
+        turn.extensions.insert(hostpipe_core::ToolsOnly);
+        self.begin(&mut turn);
+        match self.run_stages(&mut turn).await {
+            Prepared::Request(..) => Ok(turn.bound_servers),
+            Prepared::Ended(outcome) => Err(Box::new(outcome)),
+        }
     }
 
     /// The tools this pipeline offers in `turn`, as the model sees them, with the stages

@@ -1,9 +1,11 @@
 //! The turn's resource budget, in tokens: `budget_tokens`, or `budget_share` (default
 //! 0.5) of what the model has left for input once the system prompt, the history, the
 //! message and the bound servers' tool definitions are counted; never more than what it
-//! has left (a larger `budget_tokens` is lowered, with a trace warning).
+//! has left (a larger `budget_tokens` is lowered, with a trace warning). A caller's
+//! [`BudgetOverride`] in the turn's extensions (the MCP door's `fit_context`) takes the
+//! place of both, under the same cap.
 
-use hostpipe_core::{McpSource, Tokenizer, Turn};
+use hostpipe_core::{BudgetOverride, McpSource, Tokenizer, Turn};
 
 use super::config::InjectConfig;
 
@@ -16,10 +18,15 @@ pub(super) async fn budget(
 ) -> usize {
     let used = used_tokens(mcp, turn, tk).await;
     let left = turn.model.input_tokens().saturating_sub(used);
-    match config.budget_tokens {
+    let caller = turn.extensions.get::<BudgetOverride>().map(|b| b.0);
+    let (given, name) = match caller {
+        Some(b) => (Some(b), "the caller's budget"),
+        None => (config.budget_tokens, "budget_tokens"),
+    };
+    match given {
         Some(b) if b > left => {
             turn.trace.warn(format!(
-                "budget_tokens = {b} is more than the {left} input tokens model `{}` has left; using {left}",
+                "{name} = {b} is more than the {left} input tokens model `{}` has left; using {left}",
                 turn.model.name
             ));
             left

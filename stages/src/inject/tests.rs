@@ -156,6 +156,31 @@ fn text_of<'a>(turn: &'a Turn, uri: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no text block of {uri}: {:?}", turn.context))
 }
 
+/// A caller's budget (the MCP door's `fit_context`) takes the place of the pipeline's:
+/// a larger one keeps what the pipeline's would cut, and 0 reads nothing.
+#[tokio::test]
+async fn a_callers_budget_overrides_the_pipelines() {
+    let config = InjectConfig {
+        budget_tokens: Some(5),
+        attachments: vec![uri("kb", "kb://notes.md")],
+        ..InjectConfig::default()
+    };
+    let stage = stage(source(), config);
+    let mut larger = turn("What does version 2 add?");
+    larger
+        .extensions
+        .insert(hostpipe_core::BudgetOverride(1000));
+    run(&stage, &mut larger).await;
+    assert_eq!(larger.context_budget, Some(1000));
+    assert_eq!(text_of(&larger, "kb://notes.md"), SHORT);
+
+    let mut none = turn("What does version 2 add?");
+    none.extensions.insert(hostpipe_core::BudgetOverride(0));
+    run(&stage, &mut none).await;
+    assert_eq!(none.context_budget, Some(0));
+    assert!(none.context.is_empty(), "{:?}", none.context);
+}
+
 #[tokio::test]
 async fn a_document_that_fits_goes_in_whole() {
     let stage = stage(

@@ -16,17 +16,13 @@ use std::time::Instant;
 use async_trait::async_trait;
 use hostpipe_core::trace::ReadSink;
 use hostpipe_core::{
-    CallOrigin, ConsentGate, ConsentRequest, McpSource, ModelProfile, ReadOrigin, ReadOutcome,
-    ReadRecord, ResourceContents, Scope, Tokenizer, ToolCallRecord, ToolCallRequest,
-    ToolCallResult, ToolContent, ToolError, ToolExecutor, ToolHints, ToolOrigin, Treatment,
-    TruncationSide, cap_json,
+    CallOrigin, CallerRead, ConsentGate, ConsentRequest, McpSource, ModelProfile, ReadOrigin,
+    ResourceContents, Tokenizer, ToolCallRecord, ToolCallRequest, ToolCallResult, ToolContent,
+    ToolError, ToolExecutor, ToolHints, ToolOrigin, cap_json,
 };
 
-use super::{LIST_RESOURCES, READ_RESOURCE};
-use crate::convert::Converted;
-use crate::reader::{
-    Gate, ItemProblem, ItemReader, Listed, ReadItem, ReadPolicy, not_read, withheld_note, withhold,
-};
+use super::LIST_RESOURCES;
+use crate::reader::ReadPolicy;
 
 /// Executes tool calls for one turn (see the module docs).
 pub struct BoundTools {
@@ -90,7 +86,7 @@ fn measure(result: &ToolCallResult, tk: Option<&Tokenizer>) -> (usize, usize) {
 
 impl BoundTools {
     /// A record of calling `tool` on `server` as `name`, not yet run.
-    fn record(
+    pub(super) fn record(
         server: &str,
         tool: &str,
         name: &str,
@@ -114,11 +110,11 @@ impl BoundTools {
     }
 
     /// Reports `record` with the time since `started` and what `result` says.
-    fn report(
+    pub(super) fn report(
         &self,
         mut record: ToolCallRecord,
         started: Instant,
-        result: &Result<ToolCallResult, ToolError>,
+        result: Result<&ToolCallResult, &ToolError>,
     ) {
         record.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         match result {
@@ -135,7 +131,7 @@ impl BoundTools {
         self.reads.push_call(record);
     }
 
-    fn server_arg<'a>(
+    pub(super) fn server_arg<'a>(
         &self,
         tool: &str,
         args: &'a serde_json::Value,
@@ -278,193 +274,10 @@ impl BoundTools {
         }
         Ok(text_result(out))
     }
-
-    /// `read_resource`; `call` is the tool call's record, which gets the read's consent
-    /// decision and says when the read was withheld.
-    async fn read(
-        &self,
-        args: &serde_json::Value,
-        call: &mut ToolCallRecord,
-    ) -> Result<ToolCallResult, ToolError> {
-        let server = self.server_arg(READ_RESOURCE, args)?;
-        let uri = args.get("uri").and_then(|v| v.as_str()).ok_or_else(|| {
-            ToolError::InvalidArguments {
-                tool: READ_RESOURCE.into(),
-                message: "`uri` (a string) is required".into(),
-            }
-        })?;
-        let started = std::time::Instant::now();
-        let mut record = ReadRecord {
-            server: server.to_owned(),
-            uri: uri.to_owned(),
-            mime_type: None,
-            scope: Scope::Message,
-            bytes: 0,
-            tokens_before: 0,
-            tokens_estimated: false,
-            tokens_after: 0,
-            treatment: Treatment::Whole,
-            elapsed_ms: 0,
-            cache_hit: false,
-            outcome: ReadOutcome::Read,
-            error: None,
-            origin: ReadOrigin::Model,
-            consent: None,
-            passages: Vec::new(),
-            reason: None,
-        };
-        // The pipeline's rules, as for an attachment: audience, MIME type, size.
-        let listed = Listed::of(self.mcp.as_ref(), server, uri, None).await;
-        if let Some(why) = self.policy.refuse_listed(&listed) {
-            let told = if listed.user_only {
-                "it is meant for the user, not the model"
-            } else {
-                "the pipeline's policy does not allow it"
-            };
-            record.mime_type.clone_from(&listed.meta.listed_mime);
-            not_read(&mut record, &why);
-            call.withheld = true;
-            call.error.clone_from(&record.error);
-            self.reads.push(record);
-            return Ok(error_result(format!(
-                "[resource {uri} from `{server}` not read: {told}]"
-            )));
-        }
-        let gate = Gate::new(self.consent.clone(), self.asker.clone(), self.deadline);
-        if let Some(verdict) = gate.ask(server, uri, None).await {
-            call.consent = Some(verdict.how.clone());
-            if !verdict.allowed {
-                withhold(&mut record, &verdict.how);
-                call.withheld = true;
-                call.error.clone_from(&record.error);
-                self.reads.push(record);
-                // Withheld, not missing: the model must not conclude it does not exist.
-                return Ok(error_result(withheld_note(uri, server)));
-            }
-            record.consent = Some(verdict.how);
-        }
-        let read = self.mcp.read_resource(server, uri).await;
-        record.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let read = match read {
-            Ok(r) => r,
-            Err(e) => {
-                record.outcome = ReadOutcome::Failed;
-                record.error = Some(e.to_string());
-                record.treatment = Treatment::Omitted;
-                self.reads.push(record);
-                return Err(e.into());
-            }
-        };
-        record.cache_hit = read.cache_hit;
-        let result = self
-            .read_items(&gate, &listed, &read.contents, &mut record)
-            .await;
-        self.reads.push(record);
-        result
-    }
-
-    /// What the model gets of the `contents` of a read of `record.uri` (`listed`
-    /// describes it): each item judged under the pipeline's policy, texts truncated to
-    /// `max_read_tokens`; `record` gets the bytes, tokens and the last problem.
-    async fn read_items(
-        &self,
-        gate: &Gate,
-        listed: &Listed,
-        contents: &[ResourceContents],
-        record: &mut ReadRecord,
-    ) -> Result<ToolCallResult, ToolError> {
-        record.bytes = contents.iter().map(ResourceContents::byte_len).sum();
-        record.mime_type = contents
-            .first()
-            .and_then(|c| c.mime_type())
-            .map(str::to_owned);
-        let tk = Tokenizer::new(self.model.encoding).map_err(|e| ToolError::InvalidArguments {
-            tool: READ_RESOURCE.into(),
-            message: e.to_string(),
-        })?;
-        let (server, uri) = (record.server.clone(), record.uri.clone());
-        let mut reader = ItemReader::new(&self.policy, &self.model, gate);
-        let mut content = Vec::with_capacity(contents.len());
-        for item in contents.iter().cloned() {
-            // An item under another URI is judged on its own (a denied URI never
-            // reaches the model, whatever URI was asked for).
-            let judged = reader
-                .judge(
-                    &server,
-                    &uri,
-                    listed,
-                    || format!("returned by read_resource of {uri}"),
-                    item,
-                )
-                .await;
-            if let Some(problem) = &judged.problem {
-                record.outcome = problem.outcome();
-            }
-            match &judged.problem {
-                Some(ItemProblem::Withheld { how }) => {
-                    record.error = Some(format!("withheld ({}): {how}", judged.uri));
-                }
-                Some(ItemProblem::Refused { error } | ItemProblem::ConversionFailed { error }) => {
-                    record.error = Some(format!("refused ({}): {error}", judged.uri));
-                }
-                None => {}
-            }
-            content.push(self.tool_content(judged, &tk, record));
-        }
-        Ok(ToolCallResult {
-            content,
-            structured_content: None,
-            is_error: false,
-        })
-    }
-
-    /// A judged item as the model gets it: resource text (truncated to
-    /// `max_read_tokens`, counted in `record`), an image, or a note.
-    fn tool_content(
-        &self,
-        judged: ReadItem,
-        tk: &Tokenizer,
-        record: &mut ReadRecord,
-    ) -> ToolContent {
-        match judged.converted {
-            Converted::Text(text) => {
-                let before = tk.count(&text);
-                record.tokens_before += before;
-                let text = match tk.truncate(&text, self.max_read_tokens, TruncationSide::Head) {
-                    Some(t) if before > self.max_read_tokens => {
-                        record.tokens_after += t.tokens;
-                        record.treatment = Treatment::Truncated {
-                            side: TruncationSide::Head,
-                            omitted_tokens: t.omitted_tokens,
-                        };
-                        t.text
-                    }
-                    _ => {
-                        record.tokens_after += before;
-                        text
-                    }
-                };
-                // Resource text: the runner puts it in the turn's fence.
-                ToolContent::Resource {
-                    contents: ResourceContents::Text {
-                        uri: judged.uri,
-                        mime_type: judged.item_mime,
-                        text,
-                    },
-                }
-            }
-            Converted::Image {
-                mime_type, data, ..
-            } => ToolContent::Image { mime_type, data },
-            Converted::Fallback { note, .. } | Converted::Refused { note, .. } => {
-                ToolContent::Text { text: note }
-            }
-        }
-    }
 }
 
 /// A result that is only `text`, marked as an error (a read the model does not get).
-fn error_result(text: String) -> ToolCallResult {
+pub(super) fn error_result(text: String) -> ToolCallResult {
     ToolCallResult {
         content: vec![ToolContent::Text { text }],
         structured_content: None,
@@ -524,7 +337,7 @@ impl ToolExecutor for BoundTools {
             let mut record = Self::record(&server, &tool, name, &arguments, caller);
             record.withheld = matches!(error, ToolError::NotOffered { .. });
             let result = Err(error);
-            self.report(record, started, &result);
+            self.report(record, started, result.as_ref());
             return result;
         };
         match origin {
@@ -540,7 +353,7 @@ impl ToolExecutor for BoundTools {
                 } else {
                     self.read(&arguments, &mut record).await
                 };
-                self.report(record, started, &result);
+                self.report(record, started, result.as_ref());
                 result
             }
             ToolOrigin::Mcp { server, tool } => {
@@ -548,12 +361,21 @@ impl ToolExecutor for BoundTools {
                 let result = self
                     .call_mcp(name, server, tool, arguments, &mut record)
                     .await;
-                self.report(record, started, &result);
+                self.report(record, started, result.as_ref());
                 result
             }
             // The caller runs its own tools; the tool assembly never routes one here.
             ToolOrigin::Caller => Err(ToolError::UnknownTool { name: name.into() }),
         }
+    }
+
+    async fn read_for_caller(
+        &self,
+        server: &str,
+        uri: &str,
+        origin: CallOrigin,
+    ) -> Result<CallerRead, ToolError> {
+        self.caller_read(server, uri, origin).await
     }
 
     async fn call_server_tool(
@@ -588,7 +410,7 @@ impl ToolExecutor for BoundTools {
             }
         };
         let result = Err(error);
-        self.report(record, started, &result);
+        self.report(record, started, result.as_ref());
         result
     }
 }

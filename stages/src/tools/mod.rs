@@ -16,6 +16,7 @@ use serde_json::json;
 use crate::config::parse_section;
 
 mod executor;
+mod read;
 #[cfg(test)]
 mod read_tests;
 

@@ -190,3 +190,101 @@ async fn an_item_under_a_denied_uri_is_withheld_from_the_model() {
     );
     assert_eq!(r.outcome, ReadOutcome::Withheld);
 }
+
+/// What a caller outside the turn (the MCP gateway) gets reading `uri` of `server`
+/// under `rule`, with `max_read_tokens` 2 (the model's reads are cut there), and the
+/// reads recorded.
+async fn caller_read(
+    server: &str,
+    uri: &str,
+    rule: Option<ConsentRule>,
+) -> (
+    Result<hostpipe_core::CallerRead, ToolError>,
+    Vec<ReadRecord>,
+) {
+    let mut turn = Turn::new("p", "");
+    turn.bound_servers = vec![BoundServer {
+        name: "kb".into(),
+        required: false,
+        status: ServerStatus::Connected,
+    }];
+    turn.consent = rule.map(|rule| {
+        let policy = ConsentPolicy::new(ConsentConfig {
+            rules: vec![rule],
+            ..ConsentConfig::default()
+        })
+        .unwrap();
+        Arc::new(Consent::new(policy, None)) as Arc<dyn hostpipe_core::ConsentGate>
+    });
+    let config = ToolAssemblyConfig {
+        max_read_tokens: 2,
+        ..ToolAssemblyConfig::default()
+    };
+    let stage = ToolAssembly::new(config, source() as Arc<dyn McpSource>).unwrap();
+    stage.process(&mut turn).await.unwrap();
+    let tools = turn.tool_executor.clone().unwrap();
+    let result = tools
+        .read_for_caller(server, uri, hostpipe_core::CallOrigin::Api)
+        .await;
+    turn.trace.collect_reported();
+    let calls: Vec<_> = turn.trace.tool_calls().cloned().collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].origin, hostpipe_core::CallOrigin::Api);
+    assert_eq!(calls[0].tool, READ_RESOURCE);
+    (result, turn.trace.reads().cloned().collect())
+}
+
+#[tokio::test]
+async fn a_caller_gets_the_servers_items_under_the_models_policy() {
+    use hostpipe_core::CallerRead;
+    // Whole, as the server sent it (the model's read is cut at max_read_tokens).
+    let (result, reads) = caller_read("kb", "kb://notes.md", None).await;
+    let CallerRead::Contents { contents, withheld } = result.unwrap() else {
+        panic!("withheld");
+    };
+    assert_eq!(
+        contents,
+        [ResourceContents::Text {
+            uri: "kb://notes.md".into(),
+            mime_type: Some("text/markdown".into()),
+            text: "# Notes\n\nVersion 2.\n".into(),
+        }]
+    );
+    assert!(withheld.is_empty());
+    assert_eq!(reads.len(), 1);
+    assert_eq!(
+        (reads[0].origin, reads[0].outcome),
+        (ReadOrigin::Model, ReadOutcome::Read)
+    );
+
+    // An item under a URI the policy denies is left out, and said to be.
+    let rule = deny_model(Some("kb"), Some("kb://private/*"));
+    let (result, reads) = caller_read("kb", "kb://bundle", Some(rule)).await;
+    let CallerRead::Contents { contents, withheld } = result.unwrap() else {
+        panic!("withheld");
+    };
+    assert_eq!(contents.len(), 1);
+    assert_eq!(contents[0].uri(), "kb://bundle");
+    assert_eq!(withheld.len(), 1);
+    assert!(
+        withheld[0].contains("kb://private/salaries"),
+        "{withheld:?}"
+    );
+    assert!(!withheld[0].contains("The salaries."));
+    assert_eq!(reads[0].outcome, ReadOutcome::Withheld);
+
+    // Denied, for the user only, or of a server not bound: refused.
+    let rule = deny_model(Some("kb"), Some("kb://notes.md"));
+    let (result, reads) = caller_read("kb", "kb://notes.md", Some(rule)).await;
+    let CallerRead::Withheld { note } = result.unwrap() else {
+        panic!("read");
+    };
+    assert!(note.contains("withheld"), "{note}");
+    assert_eq!(reads[0].outcome, ReadOutcome::Withheld);
+    let (result, reads) = caller_read("kb", "kb://mine.md", None).await;
+    assert!(matches!(result.unwrap(), CallerRead::Withheld { .. }));
+    assert_eq!(reads[0].outcome, ReadOutcome::NotRead);
+    let (result, reads) = caller_read("other", "kb://notes.md", None).await;
+    assert!(result.unwrap_err().is_server_not_bound());
+    assert!(reads.is_empty());
+}

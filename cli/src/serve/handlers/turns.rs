@@ -244,6 +244,22 @@ impl TurnRun {
         }
     }
 
+    /// A turn of pipeline `pipeline_id` with the pipeline's `preview` runner (the
+    /// stages run, the model does not), for another door than `/v1/turns` (the MCP
+    /// door's `fit_context`); no event goes anywhere. The caller checks that the
+    /// pipeline has a preview runner ([`ServeState::has_preview`]).
+    pub(crate) fn preview(state: Arc<ServeState>, pipeline_id: String, turn_id: String) -> Self {
+        Self {
+            state,
+            pipeline_id,
+            runner: "preview".to_owned(),
+            turn_id,
+            use_preview: true,
+            stream: false,
+            tx: mpsc::channel(1).0,
+        }
+    }
+
     /// The turn's task: runs it ([`TurnRun::outcome`]) and sends the `done` or `error`
     /// event when streaming. Its result is the turn's document or the error to answer
     /// with.
