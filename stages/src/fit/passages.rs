@@ -104,12 +104,35 @@ pub async fn retrieve(
         total_cap: 0,
     };
     let order = order(&input, &texts, opts, &mut outcome).await;
+    // The lexical scale: what a passage of average length holding once each query term
+    // that some passage (or title) holds scores, the sum of those terms' weights.
+    let fields: Vec<Vec<String>> = indexes
+        .iter()
+        .map(|(i, _)| {
+            let s = &items[*i].source;
+            crate::index::field_terms(&opts.analyzer, s.name.as_deref(), &s.uri)
+        })
+        .collect();
+    let ceiling: f64 = q
+        .terms
+        .iter()
+        .zip(&order.weights)
+        .filter(|((t, _), _)| {
+            indexes
+                .iter()
+                .zip(&fields)
+                .any(|((_, x), f)| !x.postings(t).is_empty() || f.contains(t))
+        })
+        .map(|(_, w)| w)
+        .sum();
     // Every unit's score on the [0, 1] scale, in the ranking's order.
     let scale = |k: usize, u: &super::Unit| -> f64 {
         let s = if k < order.reranked {
             u.score
-        } else if order.ceiling > 0.0 {
-            order.lexical[u.member][u.passage] / order.ceiling
+        } else if ceiling > 0.0 {
+            let item = &items[indexes[u.member].0];
+            order.scores[u.member][u.passage] * super::boost(item.source.scope, item.priority)
+                / ceiling
         } else {
             0.0
         };

@@ -95,14 +95,11 @@ pub(super) struct Order {
     /// Every other passage that matches, by score (or as retrieval reordered them).
     pub rest: Vec<Unit>,
     /// Each query term's weighted IDF (for best spans).
-    weights: Vec<f64>,
+    pub weights: Vec<f64>,
     /// How many passages a query term matched (before any dense retrieval).
     matched: usize,
-    /// Per member and passage: the boosted BM25 score.
-    pub lexical: Vec<Vec<f64>>,
-    /// What a passage of average length holding once each query term that occurs in the
-    /// pool scores (the sum of those terms' weighted IDFs): the lexical scale of 1.
-    pub ceiling: f64,
+    /// Per member and passage: the BM25 score, before the boost.
+    pub scores: Vec<Vec<f64>>,
     /// How many units at the head of `rest` carry a reranker's relevance as their score.
     pub reranked: usize,
 }
@@ -171,19 +168,6 @@ pub(super) async fn order(
         })
         .collect();
     let (scores, weights) = rank(&inputs, input.query);
-    // The lexical scale: the weights of the query terms some passage (or title) holds.
-    let ceiling: f64 = input
-        .query
-        .terms
-        .iter()
-        .zip(&weights)
-        .filter(|((t, _), _)| {
-            inputs
-                .iter()
-                .any(|i| !i.index.postings(t).is_empty() || i.field_terms.contains(t))
-        })
-        .map(|(_, w)| w)
-        .sum();
     let boost_of = |m: usize| {
         let item = &items[indexes[m].0];
         boost(item.source.scope, item.priority)
@@ -193,7 +177,6 @@ pub(super) async fn order(
     let mut rest = Vec::new();
     // Passages no query term matched: dense retrieval may still bring them in.
     let mut unmatched = Vec::new();
-    let mut lexical = Vec::with_capacity(scores.len());
     for (m, s) in scores.iter().enumerate() {
         let b = boost_of(m);
         for (p, &x) in s.iter().enumerate() {
@@ -208,7 +191,6 @@ pub(super) async fn order(
                 (false, false) => unmatched.push(unit),
             }
         }
-        lexical.push(s.iter().map(|x| x * b).collect());
     }
     let by_score = |a: &Unit, b: &Unit| {
         b.score
@@ -251,8 +233,7 @@ pub(super) async fn order(
         rest,
         weights,
         matched,
-        lexical,
-        ceiling,
+        scores,
         reranked,
     }
 }
