@@ -27,11 +27,13 @@ mod subscribe;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_apply;
+#[cfg(test)]
 mod tests_elicit;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -76,16 +78,43 @@ const MRTR_MAX_ROUNDS: usize = 10;
 /// to it when the server declares `resources.subscribe`, and the subscription ends when
 /// the cache lets the entry go.
 pub struct McpHost {
-    slots: BTreeMap<String, Arc<Slot>>,
+    /// The servers by name. Held only briefly, never across an `await`: every user
+    /// takes its slot's `Arc` and lets go.
+    slots: RwLock<BTreeMap<String, Arc<Slot>>>,
+    /// Each server's event-loop channel, for the cache's evictions (the cache must not
+    /// hold the slots: they hold the cache).
+    senders: Arc<RwLock<HashMap<String, Signals>>>,
     options: HostOptions,
     cache: Arc<ContentCache>,
-    loops: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The vault every server's OAuth credentials go to, servers added later included.
+    vault: Mutex<Arc<dyn hostpipe_core::CredentialVault>>,
+}
+
+/// What [`McpHost::apply`] did, by server name (each list sorted).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Same entry: the session was kept as it was.
+    pub kept: Vec<String>,
+    /// New names: connecting in the background.
+    pub added: Vec<String>,
+    /// Another entry under the same name: closed, and connecting anew.
+    pub changed: Vec<String>,
+    /// Gone: closed.
+    pub removed: Vec<String>,
+}
+
+/// Why [`McpHost::add_server`] refused a server.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddServerError {
+    /// A server of that name is already there.
+    #[error("an MCP server named `{0}` is already configured")]
+    Exists(String),
 }
 
 impl std::fmt::Debug for McpHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpHost")
-            .field("servers", &self.slots.keys().collect::<Vec<_>>())
+            .field("servers", &self.server_names())
             .field("options", &self.options)
             .finish()
     }
@@ -93,14 +122,15 @@ impl std::fmt::Debug for McpHost {
 
 impl Drop for McpHost {
     fn drop(&mut self) {
-        for slot in self.slots.values() {
+        let slots = self.slots.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for slot in slots.values() {
             slot.closing.store(true, Ordering::Relaxed);
             slot.kill_process_group();
             // The session's transport holds the slot; dropping the session (which
             // cancels it) breaks that cycle when `shutdown` was not called.
             slot.try_drop_session();
+            slot.abort_tasks();
         }
-        self.abort_loops();
     }
 }
 
@@ -112,28 +142,189 @@ impl McpHost {
             .into_iter()
             .map(|config| (config.name.clone(), Arc::new(Slot::new(config))))
             .collect();
-        let senders: HashMap<String, Signals> = slots
-            .iter()
-            .map(|(name, slot)| (name.clone(), slot.signals.clone()))
-            .collect();
+        let senders: Arc<RwLock<HashMap<String, Signals>>> = Arc::new(RwLock::new(
+            slots
+                .iter()
+                .map(|(name, slot)| (name.clone(), slot.signals.clone()))
+                .collect(),
+        ));
         // Only the senders: the cache must not hold the slots (they hold the cache).
         // An eviction concerns whichever connection is current: tagged 0, "any".
-        let on_evict = Arc::new(move |server: &str, uri: &str| {
-            if let Some(tx) = senders.get(server) {
-                let _ = tx.send((0, Signal::Evicted(uri.into())));
-            }
-        });
+        let on_evict = {
+            let senders = Arc::clone(&senders);
+            Arc::new(move |server: &str, uri: &str| {
+                let senders = senders.read().unwrap_or_else(PoisonError::into_inner);
+                if let Some(tx) = senders.get(server) {
+                    let _ = tx.send((0, Signal::Evicted(uri.into())));
+                }
+            })
+        };
         let cache = Arc::new(ContentCache::new(
             options.content_cache_bytes,
             options.content_ttl,
             on_evict,
         ));
         Self {
-            slots,
+            slots: RwLock::new(slots),
+            senders,
             options,
             cache,
-            loops: Mutex::default(),
+            vault: Mutex::new(Arc::new(hostpipe_core::MemoryVault::new())),
         }
+    }
+
+    /// The servers, sorted by name (a snapshot: servers may come and go meanwhile).
+    fn all_slots(&self) -> Vec<Arc<Slot>> {
+        self.slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The server names, sorted.
+    pub fn server_names(&self) -> Vec<String> {
+        self.slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// The entry `server` was configured with; `None` if there is no such server.
+    pub fn server_config(&self, server: &str) -> Option<ServerConfig> {
+        self.slot(server).ok().map(|s| s.config.clone())
+    }
+
+    /// Adds `config` as a new server and connects it in the background (status
+    /// `connecting`, then `connected`; `disabled` if its entry says so). A server that
+    /// does not answer is retried as [`McpHost::keep_retrying_unreachable`] retries
+    /// (status `reconnecting`): this is for a long-running service, where servers are
+    /// added while it runs. Returns at once; call it within a tokio runtime.
+    ///
+    /// # Errors
+    /// [`AddServerError::Exists`] when a server of that name is there (nothing changes).
+    pub fn add_server(&self, config: ServerConfig) -> Result<(), AddServerError> {
+        let slot = {
+            let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
+            if slots.contains_key(&config.name) {
+                return Err(AddServerError::Exists(config.name));
+            }
+            let slot = Arc::new(Slot::new(config));
+            slot.set_vault(self.vault());
+            slots.insert(slot.config.name.clone(), Arc::clone(&slot));
+            self.senders
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(slot.config.name.clone(), slot.signals.clone());
+            slot
+        };
+        if slot.config.disabled {
+            slot.set_status(ServerStatus::Disabled);
+            return Ok(());
+        }
+        slot.set_status(ServerStatus::Connecting);
+        let (task_slot, options, cache) = (
+            Arc::clone(&slot),
+            self.options.clone(),
+            Arc::clone(&self.cache),
+        );
+        let task = tokio::spawn(async move {
+            let slot = task_slot;
+            connect(Arc::clone(&slot), options.clone(), Arc::clone(&cache)).await;
+            match slot.status() {
+                ServerStatus::Failed { reason } if slot.peer().is_none() => {
+                    tracing::info!(server = %slot.config.name, %reason, "added MCP server unreachable; retrying with backoff");
+                    // The loop's answer to a suspect without a session is a reconnect.
+                    let _ = slot
+                        .signals
+                        .send((slot.conn.load(Ordering::SeqCst), Signal::Suspect(reason)));
+                }
+                // A login is needed: `reconnect` after it starts the loop.
+                _ if slot.peer().is_none() => return,
+                _ => {}
+            }
+            if let Some(rx) = slot.take_signals() {
+                live::run(slot, options, cache, rx).await;
+            }
+        });
+        slot.push_task(task);
+        Ok(())
+    }
+
+    /// Removes `server`: no new requests reach it, its event loop stops, its session
+    /// closes (a stdio server is stopped as [`McpHost::shutdown`] stops it) and its
+    /// cached contents go. Requests in flight fail. Whether it was there.
+    ///
+    /// Cancel-safe only before it returns its first `Pending`: the server is out of the
+    /// host at once, its session closes on the way.
+    pub async fn remove_server(&self, server: &str) -> bool {
+        let Some(slot) = self
+            .slots
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(server)
+        else {
+            return false;
+        };
+        self.senders
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(server);
+        slot.closing.store(true, Ordering::Relaxed);
+        slot.abort_tasks();
+        slot.drop_session().await;
+        slot.set_status(ServerStatus::Failed {
+            reason: "removed".into(),
+        });
+        self.cache.invalidate_server(server);
+        tracing::info!(%server, "MCP server removed");
+        true
+    }
+
+    /// Makes the host's servers `servers` (a reload): a server whose entry is equal to
+    /// the one it runs with keeps its session untouched; a changed entry is closed and
+    /// connected anew; a new name is added ([`McpHost::add_server`]); a name no longer
+    /// there is removed ([`McpHost::remove_server`]). Closing runs concurrently; new
+    /// connections are made in the background. A later entry with the same name
+    /// replaces an earlier one.
+    pub async fn apply(&self, servers: impl IntoIterator<Item = ServerConfig>) -> Applied {
+        let wanted: BTreeMap<String, ServerConfig> =
+            servers.into_iter().map(|c| (c.name.clone(), c)).collect();
+        let current: BTreeMap<String, ServerConfig> = self
+            .all_slots()
+            .into_iter()
+            .map(|s| (s.config.name.clone(), s.config.clone()))
+            .collect();
+        let mut applied = Applied::default();
+        for name in current.keys().filter(|n| !wanted.contains_key(*n)) {
+            applied.removed.push(name.clone());
+        }
+        let mut to_add = Vec::new();
+        for (name, config) in wanted {
+            match current.get(&name) {
+                Some(running) if *running == config => applied.kept.push(name),
+                Some(_) => {
+                    applied.changed.push(name);
+                    to_add.push(config);
+                }
+                None => {
+                    applied.added.push(name);
+                    to_add.push(config);
+                }
+            }
+        }
+        let closing = applied.removed.iter().chain(&applied.changed);
+        futures_util::future::join_all(closing.map(|name| self.remove_server(name))).await;
+        for config in to_add {
+            // Every name was removed above or was not there: it cannot exist.
+            if let Err(e) = self.add_server(config) {
+                tracing::error!(error = %e, "adding a server on reload failed");
+            }
+        }
+        applied
     }
 
     /// The options.
@@ -154,7 +345,7 @@ impl McpHost {
     /// does not wait for the others. Unknown names are ignored.
     pub async fn connect_only(&self, only: Option<&[String]>) {
         let mut set = tokio::task::JoinSet::new();
-        for slot in self.slots.values() {
+        for slot in &self.all_slots() {
             if only.is_some_and(|names| !names.contains(&slot.config.name)) {
                 continue;
             }
@@ -193,7 +384,7 @@ impl McpHost {
     /// alone; so is every server in a one-shot command, which never calls this. Call
     /// after [`McpHost::connect_all`].
     pub fn keep_retrying_unreachable(&self) {
-        for slot in self.slots.values() {
+        for slot in &self.all_slots() {
             let ServerStatus::Failed { reason } = slot.status() else {
                 continue;
             };
@@ -223,27 +414,19 @@ impl McpHost {
             return;
         }
         if let Some(rx) = slot.take_signals() {
-            self.loops
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(tokio::spawn(live::run(
-                    Arc::clone(slot),
-                    self.options.clone(),
-                    Arc::clone(&self.cache),
-                    rx,
-                )));
+            slot.push_task(tokio::spawn(live::run(
+                Arc::clone(slot),
+                self.options.clone(),
+                Arc::clone(&self.cache),
+                rx,
+            )));
         }
     }
 
     /// Stops every server's event loop (no reconnects from here on).
     fn abort_loops(&self) {
-        for task in self
-            .loops
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..)
-        {
-            task.abort();
+        for slot in self.all_slots() {
+            slot.abort_tasks();
         }
     }
 
@@ -254,9 +437,8 @@ impl McpHost {
     pub async fn shutdown(&self) {
         self.abort_loops();
         let mut set = tokio::task::JoinSet::new();
-        for slot in self.slots.values() {
+        for slot in self.all_slots() {
             slot.closing.store(true, Ordering::Relaxed);
-            let slot = Arc::clone(slot);
             set.spawn(async move {
                 let before = slot.read().status.clone();
                 slot.drop_session().await;
@@ -283,9 +465,15 @@ impl McpHost {
     /// it before [`McpHost::connect_all`]; the host starts with a
     /// [`MemoryVault`](hostpipe_core::MemoryVault)). stdio servers never see it.
     pub fn set_credential_vault(&self, vault: Arc<dyn hostpipe_core::CredentialVault>) {
-        for slot in self.slots.values() {
+        for slot in self.all_slots() {
             slot.set_vault(Arc::clone(&vault));
         }
+        *self.vault.lock().unwrap_or_else(PoisonError::into_inner) = vault;
+    }
+
+    /// The vault servers added from now on use.
+    fn vault(&self) -> Arc<dyn hostpipe_core::CredentialVault> {
+        Arc::clone(&self.vault.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Starts an OAuth login to `server` (the authorization code flow with PKCE,
@@ -302,9 +490,8 @@ impl McpHost {
         redirect_uri: &str,
     ) -> Result<PendingLogin, LoginError> {
         let slot = self
-            .slots
-            .get(server)
-            .ok_or_else(|| LoginError::UnknownServer(server.to_owned()))?;
+            .slot(server)
+            .map_err(|_| LoginError::UnknownServer(server.to_owned()))?;
         let not_oauth = |why| LoginError::NotOAuth {
             server: server.to_owned(),
             why,
@@ -342,7 +529,7 @@ impl McpHost {
     /// # Errors
     /// [`SourceError::UnknownServer`].
     pub async fn reconnect(&self, server: &str) -> Result<ServerStatus, SourceError> {
-        let slot = Arc::clone(self.slot(server)?);
+        let slot = self.slot(server)?;
         if slot.config.disabled {
             return Ok(ServerStatus::Disabled);
         }
@@ -361,36 +548,36 @@ impl McpHost {
     /// How many `notifications/resources/updated` `server` has sent (diagnostics and
     /// tests); `None` if not configured.
     pub fn updates_received(&self, server: &str) -> Option<u64> {
-        self.slots.get(server).map(|s| s.updates())
+        self.slot(server).ok().map(|s| s.updates())
     }
 
     /// The URIs `server` is subscribed to on its current connection, sorted.
     pub fn subscriptions(&self, server: &str) -> Vec<String> {
-        self.slots
-            .get(server)
-            .map_or_else(Vec::new, |s| s.subscriptions())
+        self.slot(server)
+            .map_or_else(|_| Vec::new(), |s| s.subscriptions())
     }
 
     /// How many connection attempts `server` has had: 1 after the first connect, one
     /// more for each reconnect attempt. 0 if not configured or disabled.
     pub fn connections(&self, server: &str) -> u64 {
-        self.slots
-            .get(server)
+        self.slot(server)
             .map_or(0, |s| s.conn.load(Ordering::SeqCst))
     }
 
     /// How many requests of each MCP method were sent to `server` (e.g.
     /// `resources/list` → 1). For diagnostics and tests; `None` if not configured.
     pub fn request_counts(&self, server: &str) -> Option<BTreeMap<&'static str, u64>> {
-        self.slots.get(server).map(|s| s.request_counts())
+        self.slot(server).ok().map(|s| s.request_counts())
     }
 
-    fn slot(&self, server: &str) -> Result<&Arc<Slot>, SourceError> {
-        self.slots
+    fn slot(&self, server: &str) -> Result<Arc<Slot>, SourceError> {
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        slots
             .get(server)
+            .cloned()
             .ok_or_else(|| SourceError::UnknownServer {
                 server: server.to_owned(),
-                known: self.slots.keys().cloned().collect(),
+                known: slots.keys().cloned().collect(),
             })
     }
 
@@ -419,7 +606,8 @@ impl McpHost {
             server: server.to_owned(),
             reason: "no session".into(),
         })?;
-        Ok((Arc::clone(slot), peer))
+        drop(st);
+        Ok((slot, peer))
     }
 
     async fn cached<T: ?Sized>(
@@ -432,10 +620,10 @@ impl McpHost {
         let slot = self.slot(server)?;
         // Not connected: answer now, not after waiting for a refresh that cannot come.
         if slot.status().is_connected() && slot.lists.is_stale() {
-            live::wait_fresh(slot, slot.request_timeout(&self.options)).await;
+            live::wait_fresh(&slot, slot.request_timeout(&self.options)).await;
         }
         if slot.status().is_connected() {
-            self.relist_expired(slot, kind).await;
+            self.relist_expired(&slot, kind).await;
         }
         let status = slot.status();
         if !status.is_connected() {
@@ -474,8 +662,8 @@ impl McpHost {
 #[async_trait]
 impl McpSource for McpHost {
     fn servers(&self) -> Vec<ServerInfo> {
-        self.slots
-            .values()
+        self.all_slots()
+            .iter()
             .map(|slot| {
                 let status = slot.status();
                 let st = slot.read();
