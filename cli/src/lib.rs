@@ -2,6 +2,7 @@
 //! demo MCP server ([`demo`]) and [`App`], which wires the registry, the MCP host and
 //! the pipelines together. `main.rs` is only argument parsing and output.
 
+pub mod added_servers;
 pub mod approver;
 pub mod bench;
 pub mod config;

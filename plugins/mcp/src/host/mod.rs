@@ -213,6 +213,7 @@ impl McpHost {
                 return Err(AddServerError::Exists(config.name));
             }
             let slot = Arc::new(Slot::new(config));
+            slot.added.store(true, Ordering::Relaxed);
             slot.set_vault(self.vault());
             slots.insert(slot.config.name.clone(), Arc::clone(&slot));
             self.senders
@@ -346,7 +347,9 @@ impl McpHost {
     pub async fn connect_only(&self, only: Option<&[String]>) {
         let mut set = tokio::task::JoinSet::new();
         for slot in &self.all_slots() {
-            if only.is_some_and(|names| !names.contains(&slot.config.name)) {
+            if only.is_some_and(|names| !names.contains(&slot.config.name))
+                || slot.added.load(Ordering::Relaxed)
+            {
                 continue;
             }
             if slot.config.disabled {
@@ -388,7 +391,7 @@ impl McpHost {
             let ServerStatus::Failed { reason } = slot.status() else {
                 continue;
             };
-            if slot.peer().is_some() {
+            if slot.peer().is_some() || slot.added.load(Ordering::Relaxed) {
                 continue;
             }
             tracing::info!(server = %slot.config.name, %reason, "MCP server unreachable at start; retrying with backoff");

@@ -248,6 +248,9 @@ pub(super) struct Slot {
     /// The server's own tasks (its event loop; the background connect of a server
     /// added while the host runs), aborted when it is removed or the host shuts down.
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Added while the host runs ([`super::McpHost::add_server`]): its own task connects
+    /// and retries it, so `connect_all` and `keep_retrying_unreachable` leave it alone.
+    pub(super) added: AtomicBool,
 }
 
 /// The protocol version of the 2026-07-28 era.
@@ -313,6 +316,7 @@ impl Slot {
             vault: Mutex::new(Arc::new(hostpipe_core::MemoryVault::new())),
             challenge: Mutex::new(None),
             tasks: Mutex::default(),
+            added: AtomicBool::new(false),
         }
     }
 
