@@ -45,6 +45,9 @@ pub struct App {
     pub pipelines: BTreeMap<String, Pipeline>,
     /// The attachment store, once [`App::open_store`] opened one.
     pub store: Option<Arc<dyn AttachmentStore>>,
+    /// Where MCP servers added over the API are kept: the SQL store [`App::open_store`]
+    /// opened, or memory for a `memory` store; `None` without one.
+    pub server_entries: Option<Arc<dyn hostpipe_engine::ServerEntries>>,
     /// The SQL store's credential rows, when [`App::open_store`] opened one.
     credential_rows: Option<(Arc<dyn hostpipe_engine::SealedRows>, String)>,
     /// Where OAuth credentials are kept, once [`App::open_vault`] ran.
@@ -120,21 +123,60 @@ impl App {
         approver: Arc<dyn hostpipe_engine::Approver>,
         elicitor: Option<Arc<dyn hostpipe_core::Elicitor>>,
     ) -> anyhow::Result<Self> {
+        let mut app = Self::load_unbuilt(config_file, mcp_config, approver, elicitor)?;
+        let registry = registry()?;
+        app.pipelines = app
+            .config
+            .build_pipelines(&registry, app.host.clone(), runner)?;
+        Ok(app)
+    }
+
+    /// [`App::load_with_askers`] with no pipelines built yet (`pipelines` is empty):
+    /// for `hostpipe serve`, whose pipelines may bind servers it finds in its store
+    /// (added over the API). Build them with [`App::build_pipelines`].
+    ///
+    /// # Errors
+    /// A configuration error (naming the file and key).
+    pub fn load_unbuilt(
+        config_file: Option<&Path>,
+        mcp_config: Option<&Path>,
+        approver: Arc<dyn hostpipe_engine::Approver>,
+        elicitor: Option<Arc<dyn hostpipe_core::Elicitor>>,
+    ) -> anyhow::Result<Self> {
         let exe = config::self_exe()
             .context("cannot find the hostpipe executable to spawn the demo server")?;
         let mut config = config::load(config_file, mcp_config, &exe)?;
         config.approver = Some(approver);
         config.declare_elicitation(elicitor);
-        let registry = registry()?;
         let host = Arc::new(McpHost::new(config.servers.clone(), config.host.clone()));
-        let pipelines = config.build_pipelines(&registry, host.clone(), runner)?;
         Ok(Self {
             config,
             host,
-            pipelines,
+            pipelines: BTreeMap::new(),
             store: None,
+            server_entries: None,
             credential_rows: None,
             vault: VaultUse::NotNeeded,
+        })
+    }
+
+    /// The pipelines of `config`, built against this app's MCP host (its servers as
+    /// they are now) and given its store.
+    ///
+    /// # Errors
+    /// As [`config::LoadedConfig::build_pipelines`]; a registry conflict.
+    pub fn build_pipelines(
+        &self,
+        config: &config::LoadedConfig,
+    ) -> anyhow::Result<BTreeMap<String, Pipeline>> {
+        let registry = registry()?;
+        let built = config.build_pipelines(&registry, self.host.clone(), None)?;
+        Ok(match &self.store {
+            None => built,
+            Some(store) => built
+                .into_iter()
+                .map(|(id, p)| (id, p.with_store(Arc::clone(store))))
+                .collect(),
         })
     }
 
@@ -179,13 +221,19 @@ impl App {
         let url = self.store_url(url)?;
         let store: Arc<dyn AttachmentStore> = match url.as_str() {
             "none" => return Ok(None),
-            "memory" => Arc::new(MemoryStore::new()),
+            "memory" => {
+                self.server_entries =
+                    Some(Arc::new(hostpipe_engine::MemoryServerEntries::default()));
+                Arc::new(MemoryStore::new())
+            }
             url => {
                 let sql = Arc::new(hostpipe_store::SqlStore::open(url).await?);
                 self.credential_rows = Some((
                     Arc::clone(&sql) as Arc<dyn hostpipe_engine::SealedRows>,
                     sql.describe(),
                 ));
+                self.server_entries =
+                    Some(Arc::clone(&sql) as Arc<dyn hostpipe_engine::ServerEntries>);
                 sql
             }
         };

@@ -132,6 +132,26 @@ pub(crate) struct ServerList {
     pub(crate) servers: Vec<ServerInfo>,
 }
 
+/// `POST /v1/servers`: the server added (schema `Server`; `connecting` at first), and
+/// the keys of its entry hostpipe does not use.
+#[derive(Debug, Serialize)]
+pub(crate) struct AddedServer {
+    /// The server as the host sees it now.
+    pub(crate) server: Option<ServerInfo>,
+    /// Keys of the entry that were ignored (other clients' own, e.g. `autoApprove`).
+    pub(crate) ignored_keys: Vec<String>,
+}
+
+/// `DELETE /v1/servers/{server}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct RemovedServer {
+    /// The server removed.
+    pub(crate) name: String,
+    /// The pipelines that still bind it: their turns find it unavailable (a required
+    /// binding ends them), and the next reload or start fails until the binding goes.
+    pub(crate) bound_by: Vec<String>,
+}
+
 /// `GET /v1/servers/{server}/resources`.
 #[derive(Debug, Serialize)]
 pub(crate) struct ResourceList<'a> {
