@@ -29,6 +29,7 @@ mod ranking;
 mod registry;
 mod runners;
 mod serve;
+mod servers_api;
 mod store;
 mod summarizer;
 mod tools;
