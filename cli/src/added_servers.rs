@@ -252,7 +252,7 @@ fn has_userinfo(url: &str) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use serde_json::json;
 

@@ -41,7 +41,10 @@ async fn a_stored_server_survives_reopening_the_file() {
     };
     assert!(first.add_stored_server(&row).await.unwrap());
     let second = SqlStore::open_sqlite(&path).await.unwrap();
-    assert_eq!(second.stored_servers().await.unwrap(), [row.clone()]);
+    assert_eq!(
+        second.stored_servers().await.unwrap(),
+        std::slice::from_ref(&row)
+    );
     assert!(!second.add_stored_server(&row).await.unwrap());
     first.close().await;
     second.close().await;

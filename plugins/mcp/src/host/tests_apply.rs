@@ -1,5 +1,6 @@
 //! Servers that come and go while the host runs: [`McpHost::add_server`],
 //! [`McpHost::remove_server`] and [`McpHost::apply`] (a reload).
+#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
