@@ -266,8 +266,30 @@ impl App {
     /// # Errors
     /// A key that is not base64 of 32 bytes.
     pub async fn open_vault(&mut self, url: Option<&str>) -> anyhow::Result<&VaultUse> {
+        let needed = self.uses_oauth();
+        self.open_vault_if(url, needed).await
+    }
+
+    /// [`App::open_vault`], for `hostpipe serve`: also when no configured server uses
+    /// OAuth but `HOSTPIPE_CREDENTIAL_KEY` is set, since a server added over the API may
+    /// (`POST /v1/servers`; its logins then outlive the process too).
+    ///
+    /// # Errors
+    /// As [`App::open_vault`].
+    pub async fn open_vault_for_service(&mut self, url: Option<&str>) -> anyhow::Result<&VaultUse> {
+        let key_set = std::env::var(hostpipe_engine::credentials::CREDENTIAL_KEY_ENV)
+            .is_ok_and(|k| !k.trim().is_empty());
+        let needed = self.uses_oauth() || key_set;
+        self.open_vault_if(url, needed).await
+    }
+
+    async fn open_vault_if(
+        &mut self,
+        url: Option<&str>,
+        needed: bool,
+    ) -> anyhow::Result<&VaultUse> {
         use hostpipe_engine::credentials::CREDENTIAL_KEY_ENV;
-        if !self.uses_oauth() {
+        if !needed {
             self.vault = VaultUse::NotNeeded;
             return Ok(&self.vault);
         }

@@ -257,7 +257,7 @@ impl StandaloneCommand {
                 let options =
                     hostpipe_cli::serve::ServeOptions::from_config(&app.config.serve, listen)?;
                 app.open_store(global.store.as_deref()).await?;
-                app.open_vault(global.store.as_deref()).await?;
+                app.open_vault_for_service(global.store.as_deref()).await?;
                 let source = hostpipe_cli::serve::ConfigSource {
                     config: global.config.clone(),
                     mcp_config: global.mcp_config.clone(),

@@ -28,7 +28,11 @@ fn entries(state: &ServeState) -> ApiResult<&dyn hostpipe_engine::ServerEntries>
 /// `POST /v1/servers`: adds one server from an `mcpServers` entry, stores it, and
 /// connects it in the background; 201 with its status (`connecting`).
 pub(crate) async fn add_server(State(state): St, Body(body): Body<serde_json::Value>) -> ApiResult {
-    let entries = entries(&state)?;
+    to_the_end(async move { add(&state, body).await }).await
+}
+
+async fn add(state: &ServeState, body: serde_json::Value) -> ApiResult {
+    let entries = entries(state)?;
     let new = from_body(
         body,
         state.options.allow_stdio_servers,
@@ -100,10 +104,29 @@ pub(crate) async fn add_server(State(state): St, Body(body): Body<serde_json::Va
     Ok(response)
 }
 
+/// Runs `change` to its end on its own task: a request that times out (or whose client
+/// leaves) must not leave a change half made.
+async fn to_the_end<F>(change: F) -> ApiResult
+where
+    F: std::future::Future<Output = ApiResult> + Send + 'static,
+{
+    tokio::spawn(change).await.unwrap_or_else(|e| {
+        Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("the change's task failed: {e}"),
+        ))
+    })
+}
+
 /// `DELETE /v1/servers/{server}`: removes a server added over the API from the store and
 /// closes its session; 409 `configured_in_file` for a server of the config files, 404
 /// `unknown_server` for a name neither here nor in the store.
 pub(crate) async fn remove_server(State(state): St, Params(server): Params<String>) -> ApiResult {
+    to_the_end(async move { remove(&state, server).await }).await
+}
+
+async fn remove(state: &ServeState, server: String) -> ApiResult {
     let _one = state.changing.lock().await;
     let current = state.current();
     if current.config.servers.iter().any(|s| s.name == server) {
@@ -148,5 +171,5 @@ pub(crate) async fn remove_server(State(state): St, Params(server): Params<Strin
 /// `POST /v1/reload`: reads the configuration files and the store again (as SIGHUP
 /// does) and applies the difference, keeping the sessions of unchanged servers.
 pub(crate) async fn reload_config(State(state): St) -> ApiResult {
-    Ok(json(reload(&state).await?))
+    to_the_end(async move { Ok(json(reload(&state).await?)) }).await
 }
