@@ -574,3 +574,50 @@ async fn instances_on_one_store_see_the_servers_added_through_another() {
     assert_eq!(get(&b, "/v1/servers/ev").await.0, StatusCode::NOT_FOUND);
     everything.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_is_added_only_when_allowed_and_gets_only_its_own_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hostpipe.toml");
+    write_config(&config, "\n[serve]\nallow_stdio_servers = true\n");
+    let svc =
+        Service::start_with_env(&config, "memory", &[], &[("HOSTPIPE_CREDENTIAL_KEY", KEY)]).await;
+    let entry = json!({"mcpServers": {"local": {
+        "command": hostpipe_tests::hostpipe_bin(),
+        "args": ["demo-server"],
+        "env": {"HP_ROLE": "added", "HP_GEN": "1"},
+    }}});
+    let (s, v) = post(&svc, "/v1/servers", entry).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    wait_connected(&svc, "local").await;
+    let children = children_by_role(svc.pid());
+    let (pid, generation) = children["added"].clone();
+    assert_eq!(generation, "1");
+    let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap())
+        .into_owned();
+    assert!(environ.contains("PATH="), "{environ}");
+    assert!(
+        !environ.contains("HOSTPIPE_") && !environ.contains(ADMIN_TOKEN),
+        "hostpipe's secrets reached the server: {environ}"
+    );
+    let (s, v) = post(
+        &svc,
+        "/v1/servers/local/resources/read",
+        json!({"uri": "demo://docs/handbook.md"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // Removed: the process goes.
+    let (s, v) = delete(&svc, "/v1/servers/local").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    eventually_async(
+        "the removed server's process exits",
+        Duration::from_secs(10),
+        move || async move {
+            !std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z "))
+        },
+    )
+    .await;
+}
