@@ -218,10 +218,14 @@ pub fn from_row(row: &StoredServer, key: Option<&CredentialKey>) -> Result<Serve
 fn parse(name: &str, entry: Value) -> Result<ServerConfig, ConfigError> {
     let raw: RawServerEntry = serde_path_to_error::deserialize(entry).map_err(|e| {
         let path = e.path().to_string();
-        ConfigError::new(
-            if path == "." { String::new() } else { path },
-            e.into_inner().to_string(),
-        )
+        // serde quotes the value it refused: never one of `headers` or `env`, which may
+        // be a secret.
+        let message = if path.starts_with("headers") || path.starts_with("env") {
+            "expected an object of names to string values".to_owned()
+        } else {
+            e.into_inner().to_string()
+        };
+        ConfigError::new(if path == "." { String::new() } else { path }, message)
     })?;
     ServerConfig::from_entry(name, raw)
 }
@@ -402,6 +406,22 @@ mod tests {
             )),
             "servers.kb.type"
         );
+    }
+
+    #[test]
+    fn a_malformed_header_or_env_value_is_not_quoted_back() {
+        for body in [
+            json!({"mcpServers": {"kb": {"url": "http://h/mcp", "headers": "Bearer s3cret"}}}),
+            json!({"mcpServers": {"kb": {"url": "http://h/mcp", "headers": {"A": ["s3cret"]}}}}),
+            json!({"mcpServers": {"kb": {"command": "x", "env": {"T": 12345678}}}}),
+        ] {
+            let e = err(body, true, Some(&key()));
+            assert!(e.to_string().starts_with("mcpServers.kb."), "{e}");
+            assert!(
+                !e.to_string().contains("s3cret") && !e.to_string().contains("12345678"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -554,10 +554,22 @@ async fn instances_on_one_store_see_the_servers_added_through_another() {
     .await;
     assert_eq!(s, StatusCode::OK, "{v}");
 
-    // A third instance has it from the start; one without the key leaves it out and
-    // says why.
-    let c = Service::start_with_env(&config, &store, &[], &env).await;
+    // A third instance has it from the start, so its config may bind it: a pipeline
+    // binding a stored server builds, and its turn reads from it. One without the key
+    // leaves it out and says why.
+    let config_kb = dir.path().join("kb.toml");
+    write_config(&config_kb, KB_PIPELINE);
+    let c = Service::start_with_env(&config_kb, &store, &[], &env).await;
     wait_connected(&c, "ev").await;
+    let (s, turn) = post(
+        &c,
+        "/v1/turns",
+        json!({"pipeline": "kb", "message": "features?"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{turn}");
+    assert_eq!(turn["failed"], false, "{turn}");
+    assert_eq!(turn["request"]["context"][0]["uri"], FEATURES, "{turn}");
     let keyless = Service::start(&config, &store, &[]).await;
     assert_eq!(
         get(&keyless, "/v1/servers/ev").await.0,
