@@ -162,6 +162,7 @@ async fn a_server_added_over_the_api_is_listed_read_bound_and_removed() {
         .map(|s| s["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["demo", "ev"]);
+    assert_eq!(list["added"], json!(["ev"]), "{list}");
     assert!(!list.to_string().contains("e2e-secret"));
     // Its resources, read through the API.
     let (s, v) = post(
@@ -298,6 +299,7 @@ async fn a_server_added_over_the_api_is_listed_read_bound_and_removed() {
         (StatusCode::NOT_FOUND, "unknown_server"),
         "{v}"
     );
+    assert_eq!(get(&svc, "/v1/servers").await.1["added"], json!([]));
     let (s, v) = delete(&svc, "/v1/servers/ev").await;
     assert_eq!(
         (s, code(&v)),

@@ -130,6 +130,9 @@ pub(crate) struct LoginStarted {
 pub(crate) struct ServerList {
     /// Every configured server (schema `Server`).
     pub(crate) servers: Vec<ServerInfo>,
+    /// The names of those added over the API (`POST /v1/servers`), which `DELETE`
+    /// removes; the others come from the config files.
+    pub(crate) added: Vec<String>,
 }
 
 /// `POST /v1/servers`: the server added (schema `Server`; `connecting` at first), and
