@@ -54,6 +54,15 @@ pub struct App {
     pub vault: VaultUse,
 }
 
+/// What [`App::join_stored_servers`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Joined {
+    /// The servers that joined, by name.
+    pub servers: Vec<String>,
+    /// What was left out, and why.
+    pub warnings: Vec<String>,
+}
+
 /// Where the MCP servers' OAuth credentials are kept ([`App::open_vault`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum VaultUse {
@@ -87,13 +96,37 @@ impl App {
         mcp_config: Option<&Path>,
         runner: Option<&config::RunnerChoice>,
     ) -> anyhow::Result<Self> {
-        // One terminal for both questions: consent and the servers' own (elicitation,
-        // only when there is a terminal to ask on).
+        let (approver, elicitor) = Self::terminal_askers();
+        Self::load_with_askers(config_file, mcp_config, runner, approver, elicitor)
+    }
+
+    /// [`App::load_unbuilt`] with the terminal asking (as [`App::load_with`]): for the
+    /// command line, which joins the servers added over the API
+    /// ([`App::join_stored_servers`]) before it builds the pipelines
+    /// ([`App::build_own_pipelines`]).
+    ///
+    /// # Errors
+    /// As [`App::load_unbuilt`].
+    pub fn load_unbuilt_with_terminal(
+        config_file: Option<&Path>,
+        mcp_config: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let (approver, elicitor) = Self::terminal_askers();
+        Self::load_unbuilt(config_file, mcp_config, approver, elicitor)
+    }
+
+    /// One terminal for both questions: consent and the servers' own (elicitation, only
+    /// when there is a terminal to ask on).
+    #[allow(clippy::type_complexity)]
+    fn terminal_askers() -> (
+        Arc<dyn hostpipe_engine::Approver>,
+        Option<Arc<dyn hostpipe_core::Elicitor>>,
+    ) {
         let terminal = Arc::new(approver::TerminalApprover::new());
         let elicitor = terminal
             .has_terminal()
             .then(|| Arc::clone(&terminal) as Arc<dyn hostpipe_core::Elicitor>);
-        Self::load_with_askers(config_file, mcp_config, runner, terminal, elicitor)
+        (terminal, elicitor)
     }
 
     /// [`App::load_with`], with `approver` answering the consent policies' `ask`s (the
@@ -168,9 +201,10 @@ impl App {
     pub fn build_pipelines(
         &self,
         config: &config::LoadedConfig,
+        runner: Option<&config::RunnerChoice>,
     ) -> anyhow::Result<BTreeMap<String, Pipeline>> {
         let registry = registry()?;
-        let built = config.build_pipelines(&registry, self.host.clone(), None)?;
+        let built = config.build_pipelines(&registry, self.host.clone(), runner)?;
         Ok(match &self.store {
             None => built,
             Some(store) => built
@@ -178,6 +212,100 @@ impl App {
                 .map(|(id, p)| (id, p.with_store(Arc::clone(store))))
                 .collect(),
         })
+    }
+
+    /// Builds this app's own pipelines ([`App::build_pipelines`] of its config), each
+    /// ending in `runner` instead of its own when given.
+    ///
+    /// # Errors
+    /// As [`App::build_pipelines`].
+    pub fn build_own_pipelines(
+        &mut self,
+        runner: Option<&config::RunnerChoice>,
+    ) -> anyhow::Result<()> {
+        self.pipelines = self.build_pipelines(&self.config, runner)?;
+        Ok(())
+    }
+
+    /// Makes the servers added over the API (`hostpipe serve`'s `POST /v1/servers`,
+    /// kept in the store [`App::open_store`] opened) servers of this app, beside the
+    /// config files' (whose entry wins on a name both have), so that its pipelines may
+    /// bind them. Call it before connecting and before building the pipelines: the MCP
+    /// host is made anew. Their sealed header and env values open with
+    /// `HOSTPIPE_CREDENTIAL_KEY`. Returns what was left out, and why (never fails: a
+    /// store that does not answer leaves the config files' servers alone). The host is
+    /// made anew only when a server joins: then build the pipelines (again).
+    pub async fn join_stored_servers(&mut self) -> Joined {
+        use hostpipe_engine::credentials::CREDENTIAL_KEY_ENV;
+        let mut joined = Joined::default();
+        let Some(entries) = &self.server_entries else {
+            return joined;
+        };
+        let rows = match entries.stored_servers().await {
+            Ok(rows) => rows,
+            Err(e) => {
+                joined.warnings.push(format!(
+                    "the servers added over the API could not be read from the store: {e}"
+                ));
+                return joined;
+            }
+        };
+        if rows.is_empty() {
+            return joined;
+        }
+        let warnings = &mut joined.warnings;
+        let key = match std::env::var(CREDENTIAL_KEY_ENV)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+            .map(|k| hostpipe_engine::CredentialKey::from_base64(&k))
+        {
+            None => None,
+            Some(Ok(key)) => Some(key),
+            Some(Err(e)) => {
+                warnings.push(format!("{CREDENTIAL_KEY_ENV}: {e}"));
+                None
+            }
+        };
+        let mut servers = self.config.servers.clone();
+        for row in rows {
+            if servers.iter().any(|s| s.name == row.name) {
+                warnings.push(format!(
+                    "server `{}` added over the API is also in the config file: the file's entry is used",
+                    row.name
+                ));
+                continue;
+            }
+            match added_servers::from_row(&row, key.as_ref()) {
+                Ok(server) => {
+                    joined.servers.push(server.name.clone());
+                    servers.push(server);
+                }
+                Err(why) => warnings.push(format!("{why}; the server is left out")),
+            }
+        }
+        if !joined.servers.is_empty() {
+            self.host = Arc::new(McpHost::new(servers, self.config.host.clone()));
+        }
+        joined
+    }
+
+    /// [`App::open_store`] for the servers added over the API only: the store is not
+    /// given to the pipelines (no pins, no history). `none` and `memory` have none.
+    ///
+    /// # Errors
+    /// When the store cannot be opened.
+    pub async fn open_server_entries(&mut self, url: Option<&str>) -> anyhow::Result<()> {
+        let url = self.store_url(url)?;
+        if matches!(url.as_str(), "none" | "memory") {
+            return Ok(());
+        }
+        let sql = Arc::new(hostpipe_store::SqlStore::open(&url).await?);
+        self.credential_rows = Some((
+            Arc::clone(&sql) as Arc<dyn hostpipe_engine::SealedRows>,
+            sql.describe(),
+        ));
+        self.server_entries = Some(sql);
+        Ok(())
     }
 
     /// The store URL in effect: `url` (the `--store` flag or `HOSTPIPE_STORE_URL`), else

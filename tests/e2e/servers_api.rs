@@ -572,6 +572,27 @@ async fn instances_on_one_store_see_the_servers_added_through_another() {
     assert_eq!(s, StatusCode::OK, "{turn}");
     assert_eq!(turn["failed"], false, "{turn}");
     assert_eq!(turn["request"]["context"][0]["uri"], FEATURES, "{turn}");
+    // The command line on the same store has it too: its pipelines may bind it.
+    let cli = |args: &[&str]| {
+        let out = hostpipe_tests::hostpipe_command()
+            .args(["--config", config_kb.to_str().unwrap(), "--store", &store])
+            .args(args)
+            .env("HOSTPIPE_CREDENTIAL_KEY", KEY)
+            .env_remove("HOSTPIPE_LOG")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {stdout}{stderr}");
+        stdout
+    };
+    let listed = cli(&["servers"]);
+    assert!(
+        listed.contains("ev") && listed.contains("connected"),
+        "{listed}"
+    );
+    let ran = cli(&["run", "--pipeline", "kb", "features?"]);
+    assert!(ran.contains(FEATURES), "{ran}");
     let keyless = Service::start(&config, &store, &[]).await;
     assert_eq!(
         get(&keyless, "/v1/servers/ev").await.0,

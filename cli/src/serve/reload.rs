@@ -179,7 +179,7 @@ pub(crate) async fn start(app: &App, options: &ServeOptions) -> anyhow::Result<C
     if !added.is_empty() {
         tracing::info!(servers = ?added, "servers added over the API, from the store");
     }
-    let pipelines = app.build_pipelines(&app.config)?;
+    let pipelines = app.build_pipelines(&app.config, None)?;
     let registry = crate::registry()?;
     let preview =
         app.config
@@ -285,7 +285,7 @@ pub(crate) async fn reload(state: &ServeState) -> Result<Reloaded, ApiError> {
     };
     let pipelines = state
         .app
-        .build_pipelines(&config)
+        .build_pipelines(&config, None)
         .map_err(|e| internal(format!("{e:#}")))?;
     let preview = config
         .build_runners(&registry, state.app.host.clone(), &preview_choice)
