@@ -170,6 +170,22 @@ pub async fn eventually(what: &str, within: Duration, mut check: impl FnMut() ->
     }
 }
 
+/// Polls the async `check` every 50 ms until it holds; panics after `within`.
+pub async fn eventually_async<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A server-everything process serving streamable HTTP on a free loopback port; killed
 /// when dropped.
 pub struct HttpEverything {

@@ -2,6 +2,7 @@
 //! demo MCP server ([`demo`]) and [`App`], which wires the registry, the MCP host and
 //! the pipelines together. `main.rs` is only argument parsing and output.
 
+pub mod added_servers;
 pub mod approver;
 pub mod bench;
 pub mod config;
@@ -44,10 +45,22 @@ pub struct App {
     pub pipelines: BTreeMap<String, Pipeline>,
     /// The attachment store, once [`App::open_store`] opened one.
     pub store: Option<Arc<dyn AttachmentStore>>,
+    /// Where MCP servers added over the API are kept: the SQL store [`App::open_store`]
+    /// opened, or memory for a `memory` store; `None` without one.
+    pub server_entries: Option<Arc<dyn hostpipe_engine::ServerEntries>>,
     /// The SQL store's credential rows, when [`App::open_store`] opened one.
     credential_rows: Option<(Arc<dyn hostpipe_engine::SealedRows>, String)>,
     /// Where OAuth credentials are kept, once [`App::open_vault`] ran.
     pub vault: VaultUse,
+}
+
+/// What [`App::join_stored_servers`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Joined {
+    /// The servers that joined, by name.
+    pub servers: Vec<String>,
+    /// What was left out, and why.
+    pub warnings: Vec<String>,
 }
 
 /// Where the MCP servers' OAuth credentials are kept ([`App::open_vault`]).
@@ -83,13 +96,37 @@ impl App {
         mcp_config: Option<&Path>,
         runner: Option<&config::RunnerChoice>,
     ) -> anyhow::Result<Self> {
-        // One terminal for both questions: consent and the servers' own (elicitation,
-        // only when there is a terminal to ask on).
+        let (approver, elicitor) = Self::terminal_askers();
+        Self::load_with_askers(config_file, mcp_config, runner, approver, elicitor)
+    }
+
+    /// [`App::load_unbuilt`] with the terminal asking (as [`App::load_with`]): for the
+    /// command line, which joins the servers added over the API
+    /// ([`App::join_stored_servers`]) before it builds the pipelines
+    /// ([`App::build_own_pipelines`]).
+    ///
+    /// # Errors
+    /// As [`App::load_unbuilt`].
+    pub fn load_unbuilt_with_terminal(
+        config_file: Option<&Path>,
+        mcp_config: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let (approver, elicitor) = Self::terminal_askers();
+        Self::load_unbuilt(config_file, mcp_config, approver, elicitor)
+    }
+
+    /// One terminal for both questions: consent and the servers' own (elicitation, only
+    /// when there is a terminal to ask on).
+    #[allow(clippy::type_complexity)]
+    fn terminal_askers() -> (
+        Arc<dyn hostpipe_engine::Approver>,
+        Option<Arc<dyn hostpipe_core::Elicitor>>,
+    ) {
         let terminal = Arc::new(approver::TerminalApprover::new());
         let elicitor = terminal
             .has_terminal()
             .then(|| Arc::clone(&terminal) as Arc<dyn hostpipe_core::Elicitor>);
-        Self::load_with_askers(config_file, mcp_config, runner, terminal, elicitor)
+        (terminal, elicitor)
     }
 
     /// [`App::load_with`], with `approver` answering the consent policies' `ask`s (the
@@ -119,22 +156,156 @@ impl App {
         approver: Arc<dyn hostpipe_engine::Approver>,
         elicitor: Option<Arc<dyn hostpipe_core::Elicitor>>,
     ) -> anyhow::Result<Self> {
+        let mut app = Self::load_unbuilt(config_file, mcp_config, approver, elicitor)?;
+        let registry = registry()?;
+        app.pipelines = app
+            .config
+            .build_pipelines(&registry, app.host.clone(), runner)?;
+        Ok(app)
+    }
+
+    /// [`App::load_with_askers`] with no pipelines built yet (`pipelines` is empty):
+    /// for `hostpipe serve`, whose pipelines may bind servers it finds in its store
+    /// (added over the API). Build them with [`App::build_pipelines`].
+    ///
+    /// # Errors
+    /// A configuration error (naming the file and key).
+    pub fn load_unbuilt(
+        config_file: Option<&Path>,
+        mcp_config: Option<&Path>,
+        approver: Arc<dyn hostpipe_engine::Approver>,
+        elicitor: Option<Arc<dyn hostpipe_core::Elicitor>>,
+    ) -> anyhow::Result<Self> {
         let exe = config::self_exe()
             .context("cannot find the hostpipe executable to spawn the demo server")?;
         let mut config = config::load(config_file, mcp_config, &exe)?;
         config.approver = Some(approver);
         config.declare_elicitation(elicitor);
-        let registry = registry()?;
         let host = Arc::new(McpHost::new(config.servers.clone(), config.host.clone()));
-        let pipelines = config.build_pipelines(&registry, host.clone(), runner)?;
         Ok(Self {
             config,
             host,
-            pipelines,
+            pipelines: BTreeMap::new(),
             store: None,
+            server_entries: None,
             credential_rows: None,
             vault: VaultUse::NotNeeded,
         })
+    }
+
+    /// The pipelines of `config`, built against this app's MCP host (its servers as
+    /// they are now) and given its store.
+    ///
+    /// # Errors
+    /// As [`config::LoadedConfig::build_pipelines`]; a registry conflict.
+    pub fn build_pipelines(
+        &self,
+        config: &config::LoadedConfig,
+        runner: Option<&config::RunnerChoice>,
+    ) -> anyhow::Result<BTreeMap<String, Pipeline>> {
+        let registry = registry()?;
+        let built = config.build_pipelines(&registry, self.host.clone(), runner)?;
+        Ok(match &self.store {
+            None => built,
+            Some(store) => built
+                .into_iter()
+                .map(|(id, p)| (id, p.with_store(Arc::clone(store))))
+                .collect(),
+        })
+    }
+
+    /// Builds this app's own pipelines ([`App::build_pipelines`] of its config), each
+    /// ending in `runner` instead of its own when given.
+    ///
+    /// # Errors
+    /// As [`App::build_pipelines`].
+    pub fn build_own_pipelines(
+        &mut self,
+        runner: Option<&config::RunnerChoice>,
+    ) -> anyhow::Result<()> {
+        self.pipelines = self.build_pipelines(&self.config, runner)?;
+        Ok(())
+    }
+
+    /// Makes the servers added over the API (`hostpipe serve`'s `POST /v1/servers`,
+    /// kept in the store [`App::open_store`] opened) servers of this app, beside the
+    /// config files' (whose entry wins on a name both have), so that its pipelines may
+    /// bind them. Call it before connecting and before building the pipelines: the MCP
+    /// host is made anew. Their sealed header and env values open with
+    /// `HOSTPIPE_CREDENTIAL_KEY`. Returns what was left out, and why (never fails: a
+    /// store that does not answer leaves the config files' servers alone). The host is
+    /// made anew only when a server joins: then build the pipelines (again).
+    pub async fn join_stored_servers(&mut self) -> Joined {
+        use hostpipe_engine::credentials::CREDENTIAL_KEY_ENV;
+        let mut joined = Joined::default();
+        let Some(entries) = &self.server_entries else {
+            return joined;
+        };
+        let rows = match entries.stored_servers().await {
+            Ok(rows) => rows,
+            Err(e) => {
+                joined.warnings.push(format!(
+                    "the servers added over the API could not be read from the store: {e}"
+                ));
+                return joined;
+            }
+        };
+        if rows.is_empty() {
+            return joined;
+        }
+        let warnings = &mut joined.warnings;
+        let key = match std::env::var(CREDENTIAL_KEY_ENV)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+            .map(|k| hostpipe_engine::CredentialKey::from_base64(&k))
+        {
+            None => None,
+            Some(Ok(key)) => Some(key),
+            Some(Err(e)) => {
+                warnings.push(format!("{CREDENTIAL_KEY_ENV}: {e}"));
+                None
+            }
+        };
+        let mut servers = self.config.servers.clone();
+        for row in rows {
+            if servers.iter().any(|s| s.name == row.name) {
+                warnings.push(format!(
+                    "server `{}` added over the API is also in the config file: the file's entry is used",
+                    row.name
+                ));
+                continue;
+            }
+            match added_servers::from_row(&row, key.as_ref()) {
+                Ok(server) => {
+                    joined.servers.push(server.name.clone());
+                    servers.push(server);
+                }
+                Err(why) => warnings.push(format!("{why}; the server is left out")),
+            }
+        }
+        if !joined.servers.is_empty() {
+            self.host = Arc::new(McpHost::new(servers, self.config.host.clone()));
+        }
+        joined
+    }
+
+    /// [`App::open_store`] for the servers added over the API only: the store is not
+    /// given to the pipelines (no pins, no history). `none` and `memory` have none.
+    ///
+    /// # Errors
+    /// When the store cannot be opened.
+    pub async fn open_server_entries(&mut self, url: Option<&str>) -> anyhow::Result<()> {
+        let url = self.store_url(url)?;
+        if matches!(url.as_str(), "none" | "memory") {
+            return Ok(());
+        }
+        let sql = Arc::new(hostpipe_store::SqlStore::open(&url).await?);
+        self.credential_rows = Some((
+            Arc::clone(&sql) as Arc<dyn hostpipe_engine::SealedRows>,
+            sql.describe(),
+        ));
+        self.server_entries = Some(sql);
+        Ok(())
     }
 
     /// The store URL in effect: `url` (the `--store` flag or `HOSTPIPE_STORE_URL`), else
@@ -178,13 +349,19 @@ impl App {
         let url = self.store_url(url)?;
         let store: Arc<dyn AttachmentStore> = match url.as_str() {
             "none" => return Ok(None),
-            "memory" => Arc::new(MemoryStore::new()),
+            "memory" => {
+                self.server_entries =
+                    Some(Arc::new(hostpipe_engine::MemoryServerEntries::default()));
+                Arc::new(MemoryStore::new())
+            }
             url => {
                 let sql = Arc::new(hostpipe_store::SqlStore::open(url).await?);
                 self.credential_rows = Some((
                     Arc::clone(&sql) as Arc<dyn hostpipe_engine::SealedRows>,
                     sql.describe(),
                 ));
+                self.server_entries =
+                    Some(Arc::clone(&sql) as Arc<dyn hostpipe_engine::ServerEntries>);
                 sql
             }
         };
@@ -217,8 +394,30 @@ impl App {
     /// # Errors
     /// A key that is not base64 of 32 bytes.
     pub async fn open_vault(&mut self, url: Option<&str>) -> anyhow::Result<&VaultUse> {
+        let needed = self.uses_oauth();
+        self.open_vault_if(url, needed).await
+    }
+
+    /// [`App::open_vault`], for `hostpipe serve`: also when no configured server uses
+    /// OAuth but `HOSTPIPE_CREDENTIAL_KEY` is set, since a server added over the API may
+    /// (`POST /v1/servers`; its logins then outlive the process too).
+    ///
+    /// # Errors
+    /// As [`App::open_vault`].
+    pub async fn open_vault_for_service(&mut self, url: Option<&str>) -> anyhow::Result<&VaultUse> {
+        let key_set = std::env::var(hostpipe_engine::credentials::CREDENTIAL_KEY_ENV)
+            .is_ok_and(|k| !k.trim().is_empty());
+        let needed = self.uses_oauth() || key_set;
+        self.open_vault_if(url, needed).await
+    }
+
+    async fn open_vault_if(
+        &mut self,
+        url: Option<&str>,
+        needed: bool,
+    ) -> anyhow::Result<&VaultUse> {
         use hostpipe_engine::credentials::CREDENTIAL_KEY_ENV;
-        if !self.uses_oauth() {
+        if !needed {
             self.vault = VaultUse::NotNeeded;
             return Ok(&self.vault);
         }

@@ -97,22 +97,44 @@ async fn main() -> ExitCode {
 /// (until Ctrl-C or SIGTERM), then stops the servers.
 async fn session(global: &GlobalArgs, command: SessionCommand) -> anyhow::Result<ExitCode> {
     let runner = command.runner_override(global)?;
-    let mut app = App::load_with(
-        global.config.as_deref(),
-        global.mcp_config.as_deref(),
-        runner.as_ref(),
-    )?;
+    let mut app =
+        App::load_unbuilt_with_terminal(global.config.as_deref(), global.mcp_config.as_deref())?;
+    // Against the config files' servers first, so their mistakes are named as they are.
+    let built = app.build_own_pipelines(runner.as_ref());
+    let url = global.store.as_deref();
+    let opened = match command.store_use() {
+        // Only for the servers added over `hostpipe serve`'s API: quietly, and the
+        // pipelines get no store (no pins or history for this command).
+        StoreUse::None => {
+            if let Err(e) = app.open_server_entries(url).await {
+                tracing::debug!(error = %e, "no store: the config files' servers only");
+            }
+            Ok(None)
+        }
+        StoreUse::Optional | StoreUse::Required => app.open_store(url).await,
+    };
+    // Servers added over the API may be bound by the pipelines: they join, and the
+    // pipelines are built again against them.
+    let joined = app.join_stored_servers().await;
+    if joined.servers.is_empty() {
+        built?;
+    } else {
+        app.build_own_pipelines(runner.as_ref())?;
+    }
+    for w in &joined.warnings {
+        eprintln!("warning: {w}");
+    }
     match command.store_use() {
         StoreUse::None => {}
         // A turn goes on without pins or history when the store cannot be opened.
-        StoreUse::Optional => match app.open_store(global.store.as_deref()).await {
+        StoreUse::Optional => match opened {
             Ok(_) => app.prune_store().await,
             Err(e) => eprintln!(
                 "warning: {e:#}; the turn goes on without pinned attachments and its reads are not recorded"
             ),
         },
         StoreUse::Required => {
-            if app.open_store(global.store.as_deref()).await?.is_none() {
+            if opened?.is_none() {
                 anyhow::bail!(
                     "there is no attachment store (--store none): pins and history need one"
                 );

@@ -48,29 +48,13 @@ impl App {
         }
     }
 
-    /// Checks that a pin of `server` for `owner` could ever be read: a pipeline owner
-    /// must exist and bind the server. Conversations are the platform's; any id goes.
+    /// Checks that a pin of `server` for `owner` could ever be read
+    /// ([`LoadedConfig::check_pin_owner`](crate::config::LoadedConfig::check_pin_owner)).
     ///
     /// # Errors
     /// Naming the pipeline, or the servers it binds.
     pub fn check_pin_owner(&self, owner: &PinOwner, server: &str) -> anyhow::Result<()> {
-        let PinOwner::Pipeline(id) = owner else {
-            return Ok(());
-        };
-        self.pipeline(id)?;
-        if let Some(bound) = self.config.bound_servers(id)
-            && !bound.iter().any(|b| b == server)
-        {
-            anyhow::bail!(
-                "pipeline `{id}` does not bind MCP server `{server}` (it binds: {}), so the pin would never be read; bind it in [pipelines.{id}.bind_mcp_servers]",
-                if bound.is_empty() {
-                    "none".to_owned()
-                } else {
-                    bound.join(", ")
-                }
-            );
-        }
-        Ok(())
+        self.config.check_pin_owner(owner, server)
     }
 
     /// Reads `uri` from `server` and converts each item as the pipeline's
@@ -145,4 +129,37 @@ pub struct PreviewItem {
     pub bytes: usize,
     /// What the model would get.
     pub converted: Converted,
+}
+
+impl crate::config::LoadedConfig {
+    /// Checks that a pin of `server` for `owner` could ever be read: a pipeline owner
+    /// must exist and bind the server. Conversations are the platform's; any id goes.
+    ///
+    /// # Errors
+    /// Naming the pipeline, or the servers it binds.
+    pub fn check_pin_owner(&self, owner: &PinOwner, server: &str) -> anyhow::Result<()> {
+        let PinOwner::Pipeline(id) = owner else {
+            return Ok(());
+        };
+        if !self.pipelines.contains_key(id) {
+            anyhow::bail!(
+                "{}: no pipeline `{id}`; pipelines: {}",
+                self.source,
+                self.pipeline_ids().join(", ")
+            );
+        }
+        if let Some(bound) = self.bound_servers(id)
+            && !bound.iter().any(|b| b == server)
+        {
+            anyhow::bail!(
+                "pipeline `{id}` does not bind MCP server `{server}` (it binds: {}), so the pin would never be read; bind it in [pipelines.{id}.bind_mcp_servers]",
+                if bound.is_empty() {
+                    "none".to_owned()
+                } else {
+                    bound.join(", ")
+                }
+            );
+        }
+        Ok(())
+    }
 }

@@ -79,25 +79,7 @@ impl CredentialKey {
         issuer: Option<&str>,
         secret: &[u8],
     ) -> Result<String, VaultError> {
-        let nonce = XNonce::try_generate()
-            .map_err(|e| VaultError::Store(format!("no random nonce: {e}")))?;
-        let aad = associated_data(server, issuer);
-        let sealed = self
-            .0
-            .encrypt(
-                &nonce,
-                Payload {
-                    msg: secret,
-                    aad: &aad,
-                },
-            )
-            .map_err(|_| VaultError::Store("sealing failed".into()))?;
-        let mut out = nonce.to_vec();
-        out.extend_from_slice(&sealed);
-        Ok(format!(
-            "{SEALED_PREFIX}{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(out)
-        ))
+        self.seal_bound(&associated_data(OAUTH_DOMAIN, server, issuer), secret)
     }
 
     /// Opens what [`CredentialKey::seal`] sealed for the same server and issuer.
@@ -111,37 +93,97 @@ impl CredentialKey {
         issuer: Option<&str>,
         sealed: &str,
     ) -> Result<Vec<u8>, VaultError> {
-        let body = sealed.strip_prefix(SEALED_PREFIX).ok_or_else(|| {
-            VaultError::Unreadable("a stored credential is not sealed in a known format".into())
-        })?;
+        self.open_bound(&associated_data(OAUTH_DOMAIN, server, issuer), sealed)
+            .map_err(|e| match e {
+                OpenError::Format(m) => VaultError::Unreadable(m.into()),
+                OpenError::Key => VaultError::Unreadable(format!(
+                    "the stored credentials of `{server}` do not open with this {CREDENTIAL_KEY_ENV} (another key, or changed): log in again"
+                )),
+            })
+    }
+
+    /// Seals the secret values of server `server`'s stored entry (its `headers` and
+    /// `env`, [`crate::servers`]), bound to the server's name and apart from OAuth
+    /// credentials: one does not open as the other.
+    ///
+    /// # Errors
+    /// When the system's random source fails.
+    pub fn seal_entry_secrets(&self, server: &str, secret: &[u8]) -> Result<String, VaultError> {
+        self.seal_bound(&associated_data(ENTRY_DOMAIN, server, None), secret)
+    }
+
+    /// Opens what [`CredentialKey::seal_entry_secrets`] sealed for `server`.
+    ///
+    /// # Errors
+    /// [`VaultError::Unreadable`] when the text is not sealed, or was sealed with another
+    /// key or for another server (or changed since).
+    pub fn open_entry_secrets(&self, server: &str, sealed: &str) -> Result<Vec<u8>, VaultError> {
+        self.open_bound(&associated_data(ENTRY_DOMAIN, server, None), sealed)
+            .map_err(|e| match e {
+                OpenError::Format(m) => VaultError::Unreadable(m.into()),
+                OpenError::Key => VaultError::Unreadable(format!(
+                    "the sealed headers and env of stored server `{server}` do not open with this {CREDENTIAL_KEY_ENV} (another key, or changed)"
+                )),
+            })
+    }
+
+    fn seal_bound(&self, aad: &[u8], secret: &[u8]) -> Result<String, VaultError> {
+        let nonce = XNonce::try_generate()
+            .map_err(|e| VaultError::Store(format!("no random nonce: {e}")))?;
+        let sealed = self
+            .0
+            .encrypt(&nonce, Payload { msg: secret, aad })
+            .map_err(|_| VaultError::Store("sealing failed".into()))?;
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&sealed);
+        Ok(format!(
+            "{SEALED_PREFIX}{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(out)
+        ))
+    }
+
+    fn open_bound(&self, aad: &[u8], sealed: &str) -> Result<Vec<u8>, OpenError> {
+        let body = sealed.strip_prefix(SEALED_PREFIX).ok_or(OpenError::Format(
+            "a stored secret is not sealed in a known format",
+        ))?;
         let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(body)
-            .map_err(|_| {
-                VaultError::Unreadable("a stored credential is not valid base64".into())
-            })?;
+            .map_err(|_| OpenError::Format("a stored secret is not valid base64"))?;
         if bytes.len() < NONCE_BYTES {
-            return Err(VaultError::Unreadable(
-                "a stored credential is truncated".into(),
-            ));
+            return Err(OpenError::Format("a stored secret is truncated"));
         }
         let (nonce, ciphertext) = bytes.split_at(NONCE_BYTES);
         let nonce = XNonce::try_from(nonce)
-            .map_err(|_| VaultError::Unreadable("a stored credential is truncated".into()))?;
-        let aad = associated_data(server, issuer);
+            .map_err(|_| OpenError::Format("a stored secret is truncated"))?;
         self.0
-            .decrypt(&nonce, Payload { msg: ciphertext, aad: &aad })
-            .map_err(|_| {
-                VaultError::Unreadable(format!(
-                    "the stored credentials of `{server}` do not open with this {CREDENTIAL_KEY_ENV} (another key, or changed): log in again"
-                ))
-            })
+            .decrypt(
+                &nonce,
+                Payload {
+                    msg: ciphertext,
+                    aad,
+                },
+            )
+            .map_err(|_| OpenError::Key)
     }
 }
 
+/// Why sealed text did not open.
+enum OpenError {
+    /// Not sealed text at all.
+    Format(&'static str),
+    /// Another key, another row, or changed.
+    Key,
+}
+
+/// The associated-data domain of OAuth credentials.
+const OAUTH_DOMAIN: &[u8] = b"hostpipe-oauth-credentials-v1";
+/// The associated-data domain of a stored server entry's secret values.
+const ENTRY_DOMAIN: &[u8] = b"hostpipe-server-entry-v1";
+
 /// Binds a sealed secret to its row: a domain tag, then server and issuer, each
 /// length-prefixed.
-fn associated_data(server: &str, issuer: Option<&str>) -> Vec<u8> {
-    let mut aad = b"hostpipe-oauth-credentials-v1".to_vec();
+fn associated_data(domain: &[u8], server: &str, issuer: Option<&str>) -> Vec<u8> {
+    let mut aad = domain.to_vec();
     for part in [server, issuer.unwrap_or("")] {
         aad.extend_from_slice(&(part.len() as u64).to_le_bytes());
         aad.extend_from_slice(part.as_bytes());
@@ -253,6 +295,27 @@ mod tests {
     use super::*;
 
     const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+    #[test]
+    fn entry_secrets_open_only_for_their_server_and_never_as_credentials() {
+        let key = CredentialKey::from_base64(KEY).unwrap();
+        let sealed = key
+            .seal_entry_secrets("web", b"{\"h\":\"Bearer x\"}")
+            .unwrap();
+        assert!(!sealed.contains("Bearer"));
+        assert_eq!(
+            key.open_entry_secrets("web", &sealed).unwrap(),
+            b"{\"h\":\"Bearer x\"}"
+        );
+        assert!(key.open_entry_secrets("other", &sealed).is_err());
+        // Another domain: an entry's secrets are no OAuth credential, and back.
+        assert!(key.open("web", None, &sealed).is_err());
+        let credential = key.seal("web", None, b"t").unwrap();
+        assert!(key.open_entry_secrets("web", &credential).is_err());
+        let other = CredentialKey::from_base64(&"A".repeat(43)).unwrap();
+        let e = other.open_entry_secrets("web", &sealed).unwrap_err();
+        assert!(e.to_string().contains("stored server `web`"), "{e}");
+    }
 
     #[test]
     fn a_secret_opens_only_with_its_key_server_and_issuer() {

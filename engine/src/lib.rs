@@ -19,6 +19,7 @@ pub mod credentials;
 pub mod error;
 pub mod layer;
 pub mod pipeline;
+pub mod servers;
 pub mod store;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
@@ -30,6 +31,7 @@ pub use consent::{
 pub use credentials::{CredentialKey, EncryptedVault, SealedRow, SealedRows};
 pub use layer::{CatchPanic, ReportFailure, Timeout};
 pub use pipeline::{Pipeline, Prepared, RunnerFailure, ToolCallOutcome, TurnOutcome, TurnStatus};
+pub use servers::{MemoryServerEntries, ServerEntries, StoredServer};
 pub use store::{
     AttachmentStore, GrantStore, HistoryQuery, HistorySink, InjectionRecord, MemoryStore, NewPin,
     Pin, PinOwner, PinSource, Pruned, StoreError, ToolCallEntry,

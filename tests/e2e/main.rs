@@ -32,6 +32,7 @@ mod ranking;
 mod registry;
 mod runners;
 mod serve;
+mod servers_api;
 mod store;
 mod summarizer;
 mod tools;

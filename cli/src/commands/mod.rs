@@ -247,18 +247,24 @@ impl StandaloneCommand {
             Self::Serve(ServeArgs { listen, .. }) => {
                 let approver = hostpipe_cli::serve::HttpApprover::new();
                 let elicitor = hostpipe_cli::serve::HttpElicitor::new();
-                let mut app = App::load_with_askers(
+                // The pipelines are built once the store is open: they may bind servers
+                // added over the API, which live there.
+                let mut app = App::load_unbuilt(
                     global.config.as_deref(),
                     global.mcp_config.as_deref(),
-                    None,
                     std::sync::Arc::new(approver.clone()),
                     Some(std::sync::Arc::new(elicitor.clone())),
                 )?;
                 let options =
                     hostpipe_cli::serve::ServeOptions::from_config(&app.config.serve, listen)?;
                 app.open_store(global.store.as_deref()).await?;
-                app.open_vault(global.store.as_deref()).await?;
-                hostpipe_cli::serve::serve(app, approver, elicitor, options, interrupted).await?;
+                app.open_vault_for_service(global.store.as_deref()).await?;
+                let source = hostpipe_cli::serve::ConfigSource {
+                    config: global.config.clone(),
+                    mcp_config: global.mcp_config.clone(),
+                };
+                hostpipe_cli::serve::serve(app, approver, elicitor, options, source, interrupted)
+                    .await?;
             }
             Self::Bench(BenchArgs {
                 turns,

@@ -40,7 +40,7 @@ pub struct HostSection {
 }
 
 /// `[store]`: where pins and the read history live.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSection {
     /// `sqlite:PATH`, `postgres://…`, `memory` (nothing kept) or `none` (no pins, no
@@ -54,7 +54,7 @@ pub struct StoreSection {
 }
 
 /// `[serve]`: the HTTP service, `hostpipe serve` (docs/http-api.md).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServeSection {
     /// The address to listen on, `HOST:PORT`. Default `127.0.0.1:8787`; the `--listen`
@@ -84,6 +84,11 @@ pub struct ServeSection {
     /// OAuth redirect URI `PUBLIC_URL/oauth/callback`. Default: `http://` + the `Host`
     /// of the login request.
     pub public_url: Option<String>,
+    /// Whether `POST /v1/servers` may add a stdio server (`command`): that runs a
+    /// program on this host, so an admin token would be remote command execution.
+    /// Default false: only streamable HTTP servers (`url`) may be added over HTTP.
+    #[serde(default)]
+    pub allow_stdio_servers: bool,
 }
 
 impl HostSection {

@@ -130,6 +130,29 @@ pub(crate) struct LoginStarted {
 pub(crate) struct ServerList {
     /// Every configured server (schema `Server`).
     pub(crate) servers: Vec<ServerInfo>,
+    /// The names of those added over the API (`POST /v1/servers`), which `DELETE`
+    /// removes; the others come from the config files.
+    pub(crate) added: Vec<String>,
+}
+
+/// `POST /v1/servers`: the server added (schema `Server`; `connecting` at first), and
+/// the keys of its entry hostpipe does not use.
+#[derive(Debug, Serialize)]
+pub(crate) struct AddedServer {
+    /// The server as the host sees it now.
+    pub(crate) server: Option<ServerInfo>,
+    /// Keys of the entry that were ignored (other clients' own, e.g. `autoApprove`).
+    pub(crate) ignored_keys: Vec<String>,
+}
+
+/// `DELETE /v1/servers/{server}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct RemovedServer {
+    /// The server removed.
+    pub(crate) name: String,
+    /// The pipelines that still bind it: their turns find it unavailable (a required
+    /// binding ends them), and the next reload or start fails until the binding goes.
+    pub(crate) bound_by: Vec<String>,
 }
 
 /// `GET /v1/servers/{server}/resources`.

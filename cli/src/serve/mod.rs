@@ -16,9 +16,9 @@ mod error;
 mod handlers;
 mod mcp;
 mod openai;
+mod reload;
 mod router;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +38,8 @@ pub use approver::HttpApprover;
 pub use elicitor::HttpElicitor;
 pub use error::ApiError;
 pub(crate) use error::{Body, Params};
+pub use reload::ConfigSource;
+pub(crate) use reload::Current;
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -89,13 +91,19 @@ pub struct ServeOptions {
     pub shutdown_timeout: Duration,
     /// `[serve] public_url`, without a trailing `/`.
     pub public_url: Option<String>,
+    /// `[serve] allow_stdio_servers`: whether `POST /v1/servers` may add a stdio server.
+    pub allow_stdio_servers: bool,
+    /// The key that seals the header and env values of servers added over the API
+    /// (`HOSTPIPE_CREDENTIAL_KEY`); without it, such values are refused.
+    pub credential_key: Option<hostpipe_engine::CredentialKey>,
 }
 
 impl ServeOptions {
     /// The options of `section`, with `listen` (the `--listen` flag) over its address.
     ///
     /// # Errors
-    /// As [`Tokens::load`]; a zero limit.
+    /// As [`Tokens::load`]; a zero limit; a `HOSTPIPE_CREDENTIAL_KEY` that is not base64
+    /// of 32 bytes.
     pub fn from_config(
         section: &crate::config::ServeSection,
         listen: Option<String>,
@@ -120,7 +128,19 @@ impl ServeOptions {
             Some(0) => anyhow::bail!("[serve] max_body_bytes: must be above 0"),
             v => v.unwrap_or(DEFAULT_MAX_BODY_BYTES),
         };
+        let credential_key = match std::env::var(hostpipe_engine::credentials::CREDENTIAL_KEY_ENV)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+        {
+            None => None,
+            Some(k) => Some(
+                hostpipe_engine::CredentialKey::from_base64(&k)
+                    .context(hostpipe_engine::credentials::CREDENTIAL_KEY_ENV)?,
+            ),
+        };
         Ok(Self {
+            allow_stdio_servers: section.allow_stdio_servers,
+            credential_key,
             listen: listen
                 .or_else(|| section.listen.clone())
                 .unwrap_or_else(|| DEFAULT_LISTEN.to_owned()),
@@ -144,10 +164,16 @@ impl ServeOptions {
 
 /// What every handler shares.
 pub(crate) struct ServeState {
+    /// The MCP host, the store and the vault (its `config` and `pipelines` are those
+    /// of the start: handlers take [`ServeState::current`]).
     app: App,
-    /// Each pipeline's `preview` runner, for a turn's `"runner": "preview"` (the
-    /// pipeline runs it instead of its own: [`Pipeline::run_turn_on`]).
-    preview: BTreeMap<String, Box<dyn hostpipe_core::Runner>>,
+    /// The configuration and pipelines in effect, replaced whole by a reload. A turn
+    /// keeps the one it started with.
+    current: std::sync::RwLock<Arc<Current>>,
+    /// Where the configuration is read again from on a reload.
+    source: ConfigSource,
+    /// One change of the servers or the configuration at a time (add, remove, reload).
+    changing: tokio::sync::Mutex<()>,
     approver: HttpApprover,
     elicitor: HttpElicitor,
     options: ServeOptions,
@@ -166,7 +192,7 @@ impl ServeState {
     /// Whether pipeline `id` has its `preview` runner (built for every pipeline at
     /// start): a preview turn without one would run the pipeline's own runner.
     pub(crate) fn has_preview(&self, id: &str) -> bool {
-        self.preview.contains_key(id)
+        self.current().preview.contains_key(id)
     }
 }
 
@@ -352,34 +378,39 @@ async fn security_headers(req: Request, next: Next) -> Response {
     response
 }
 
-/// Runs `hostpipe serve` until SIGTERM or Ctrl-C: listens, connects the servers, and on
-/// the signal stops accepting, lets running turns finish (at most
-/// [`ServeOptions::shutdown_timeout`]), then stops the MCP servers.
+/// Runs `hostpipe serve` until SIGTERM or Ctrl-C: adds the servers kept in the store
+/// (added over the API) to `app`'s, builds the pipelines (`app`'s own are not used:
+/// load it with [`App::load_unbuilt`]), listens, connects the servers, reloads the
+/// configuration from `source` on SIGHUP, and on the shutdown signal stops accepting,
+/// lets running turns finish (at most [`ServeOptions::shutdown_timeout`]), then stops
+/// the MCP servers.
 ///
 /// Prints `hostpipe: listening on http://ADDR` on stdout once it accepts connections.
 ///
 /// # Errors
-/// When the address cannot be bound, or a pipeline's preview runner cannot be built.
+/// When the address cannot be bound, or a pipeline or its preview runner cannot be
+/// built (e.g. one binds a server that neither the files nor the store has).
 pub async fn serve(
     app: App,
     approver: HttpApprover,
     elicitor: HttpElicitor,
     options: ServeOptions,
+    source: ConfigSource,
     shutdown: impl std::future::Future<Output = &'static str> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let registry = crate::registry()?;
-    let preview = app.config.build_runners(
-        &registry,
-        app.host.clone(),
-        &crate::config::RunnerChoice::named("preview"),
-    )?;
+    let current = reload::start(&app, &options).await?;
+    #[cfg(unix)]
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP")?;
     let listener = tokio::net::TcpListener::bind(&options.listen)
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;
     let addr: SocketAddr = listener.local_addr()?;
     let state = Arc::new(ServeState {
         app,
-        preview,
+        current: std::sync::RwLock::new(Arc::new(current)),
+        source,
+        changing: tokio::sync::Mutex::new(()),
         approver,
         elicitor,
         options,
@@ -401,6 +432,20 @@ pub async fn serve(
             state.app.host.keep_retrying_unreachable();
             state.connected.store(true, Ordering::SeqCst);
             tracing::info!("MCP servers connected (or failed); ready");
+        }
+    });
+    // SIGHUP reloads the configuration, as `POST /v1/reload` does; a failure is logged
+    // and changes nothing.
+    #[cfg(unix)]
+    let reloading = tokio::spawn({
+        let state = Arc::clone(&state);
+        async move {
+            while hangups.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading the configuration");
+                if let Err(e) = reload::reload(&state).await {
+                    tracing::error!(code = e.code, error = %e.message, "reload on SIGHUP failed");
+                }
+            }
         }
     });
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -440,6 +485,8 @@ pub async fn serve(
         }
     }
     connecting.abort();
+    #[cfg(unix)]
+    reloading.abort();
     state.app.shutdown().await;
     Ok(())
 }

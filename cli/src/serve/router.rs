@@ -14,6 +14,7 @@ use super::handlers::consent::{answer_consent_request, list_consent_requests};
 use super::handlers::elicitation::{answer_elicitation_request, list_elicitation_requests};
 use super::handlers::history::{history, tool_call_history};
 use super::handlers::login::start_login;
+use super::handlers::manage::{add_server, reload_config, remove_server};
 use super::handlers::pins::{
     add_conversation_pin, add_pipeline_pin, list_conversation_pins, list_pipeline_pins,
     remove_conversation_pin, remove_pipeline_pin,
@@ -32,8 +33,12 @@ use super::{ApiError, ServeState};
 /// which also holds while it streams.
 pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
     Router::new()
-        .route("/v1/servers", get(list_servers))
-        .route("/v1/servers/{server}", get(get_server))
+        .route("/v1/servers", get(list_servers).post(add_server))
+        .route(
+            "/v1/servers/{server}",
+            get(get_server).delete(remove_server),
+        )
+        .route("/v1/reload", post(reload_config))
         .route("/v1/servers/{server}/resources", get(list_resources))
         .route(
             "/v1/servers/{server}/resource-templates",
@@ -152,7 +157,7 @@ mod tests {
             .filter(|p| p.starts_with("/v1/"))
             .collect();
         assert_eq!(routed, documented);
-        assert_eq!(routed.len(), 26);
+        assert_eq!(routed.len(), 27);
     }
 
     #[test]
@@ -205,5 +210,12 @@ mod tests {
             needed_scope(&Method::POST, "/v1/conversations/{id}/attachments"),
             Scope::Admin
         );
+        // Servers that come and go, and reloads: admin only.
+        assert_eq!(needed_scope(&Method::POST, "/v1/servers"), Scope::Admin);
+        assert_eq!(
+            needed_scope(&Method::DELETE, "/v1/servers/{server}"),
+            Scope::Admin
+        );
+        assert_eq!(needed_scope(&Method::POST, "/v1/reload"), Scope::Admin);
     }
 }

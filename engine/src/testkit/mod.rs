@@ -8,7 +8,8 @@
 //!   (text, a failure, a delay, a panic) and remembers the requests it got;
 //! - [`conformance`]: the runner contract, checked on any runner;
 //! - [`check_store`]: what every [`AttachmentStore`](crate::AttachmentStore) must do;
-//!   [`check_sealed_rows`]: what every [`SealedRows`](crate::SealedRows) must do.
+//!   [`check_sealed_rows`]: what every [`SealedRows`](crate::SealedRows) must do;
+//!   [`check_server_entries`]: what every [`ServerEntries`](crate::ServerEntries) must do.
 //!
 //! ```toml
 //! [dev-dependencies]
@@ -22,4 +23,4 @@ mod store;
 
 pub use runner::{Script, ScriptedRunner};
 pub use source::FakeSource;
-pub use store::{check_sealed_rows, check_store};
+pub use store::{check_sealed_rows, check_server_entries, check_store};

@@ -531,3 +531,64 @@ pub async fn check_sealed_rows(rows: &dyn crate::SealedRows) -> Result<(), Strin
     rows.delete_credentials("testkit-other").await.map_err(e)?;
     Ok(())
 }
+
+/// What every [`ServerEntries`](crate::ServerEntries) store must do: a name is stored
+/// once (a second add of it changes nothing and says so), rows come back whole (a `NULL`
+/// `sealed` too) sorted by name, and remove forgets one server only. Leaves the store
+/// as it found it.
+///
+/// # Errors
+/// The first failed check, described.
+pub async fn check_server_entries(store: &dyn crate::ServerEntries) -> Result<(), String> {
+    use crate::StoredServer;
+    let e = |e: crate::StoreError| e.to_string();
+    let row = |name: &str, entry: &str, sealed: Option<&str>| StoredServer {
+        name: name.into(),
+        entry: entry.into(),
+        sealed: sealed.map(Into::into),
+        created_at_ms: 7,
+    };
+    let before = store.stored_servers().await.map_err(e)?;
+    let b = row("testkit-b", r#"{"url":"http://x/mcp"}"#, Some("v1.abc"));
+    let a = row("testkit-a", r#"{"command":"x"}"#, None);
+    if !store.add_stored_server(&b).await.map_err(e)? {
+        return Err("a new name was not added".into());
+    }
+    if !store.add_stored_server(&a).await.map_err(e)? {
+        return Err("a second new name was not added".into());
+    }
+    if store
+        .add_stored_server(&row("testkit-b", "{}", None))
+        .await
+        .map_err(e)?
+    {
+        return Err("a name was added twice".into());
+    }
+    let got: Vec<StoredServer> = store
+        .stored_servers()
+        .await
+        .map_err(e)?
+        .into_iter()
+        .filter(|s| s.name.starts_with("testkit-"))
+        .collect();
+    if got != [a.clone(), b.clone()] {
+        return Err(format!(
+            "the rows do not come back whole and sorted: {got:?}"
+        ));
+    }
+    if !store.remove_stored_server("testkit-b").await.map_err(e)? {
+        return Err("remove did not find a stored server".into());
+    }
+    if store.remove_stored_server("testkit-b").await.map_err(e)? {
+        return Err("a second remove found it again".into());
+    }
+    let left = store.stored_servers().await.map_err(e)?;
+    if !left.contains(&a) || left.iter().any(|s| s.name == "testkit-b") {
+        return Err(format!("remove of one server touched another: {left:?}"));
+    }
+    store.remove_stored_server("testkit-a").await.map_err(e)?;
+    if store.stored_servers().await.map_err(e)? != before {
+        return Err("the store is not as it was".into());
+    }
+    Ok(())
+}

@@ -35,5 +35,6 @@ pub use config::{
 };
 pub use convert::decode_read_result;
 pub use host::{
-    Elicitation, HostOptions, LoginError, McpHost, PendingLogin, redirect_error, redirect_state,
+    AddServerError, Applied, Elicitation, HostOptions, LoginError, McpHost, PendingLogin,
+    redirect_error, redirect_state,
 };

@@ -45,7 +45,7 @@ use sqlx::{
 };
 
 /// The schema migrations, in order. Never edit one that has shipped: add the next.
-const MIGRATIONS: [(i64, &str, &str); 6] = [
+const MIGRATIONS: [(i64, &str, &str); 7] = [
     (
         1,
         "pins and read history",
@@ -75,6 +75,11 @@ const MIGRATIONS: [(i64, &str, &str); 6] = [
         6,
         "oauth credentials",
         include_str!("../migrations/0006_oauth_credentials.sql"),
+    ),
+    (
+        7,
+        "mcp servers",
+        include_str!("../migrations/0007_mcp_servers.sql"),
     ),
 ];
 
@@ -696,6 +701,7 @@ pub struct AttachmentsGuide;
 mod calls;
 mod credentials;
 mod grants;
+mod servers;
 mod url;
 
 pub use url::sqlite_url;

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use hostpipe_engine::testkit::{check_sealed_rows, check_store};
+use hostpipe_engine::testkit::{check_sealed_rows, check_server_entries, check_store};
 
 use super::*;
 
@@ -12,10 +12,42 @@ async fn sqlite_passes_the_store_checks() {
         .unwrap();
     check_store(&store).await.unwrap();
     check_sealed_rows(&store).await.unwrap();
+    check_server_entries(&store).await.unwrap();
     assert!(
         dir.path().join("a dir/hostpipe?#%.db").is_file(),
         "the file keeps its name"
     );
+}
+
+#[tokio::test]
+async fn memory_server_entries_pass_the_checks() {
+    check_server_entries(&hostpipe_engine::MemoryServerEntries::default())
+        .await
+        .unwrap();
+}
+
+/// A server added by one process is there for another that opens the file later.
+#[tokio::test]
+async fn a_stored_server_survives_reopening_the_file() {
+    use hostpipe_engine::{ServerEntries as _, StoredServer};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostpipe.db");
+    let first = SqlStore::open_sqlite(&path).await.unwrap();
+    let row = StoredServer {
+        name: "kb".into(),
+        entry: r#"{"url":"http://127.0.0.1:1/mcp"}"#.into(),
+        sealed: None,
+        created_at_ms: 1,
+    };
+    assert!(first.add_stored_server(&row).await.unwrap());
+    let second = SqlStore::open_sqlite(&path).await.unwrap();
+    assert_eq!(
+        second.stored_servers().await.unwrap(),
+        std::slice::from_ref(&row)
+    );
+    assert!(!second.add_stored_server(&row).await.unwrap());
+    first.close().await;
+    second.close().await;
 }
 
 #[tokio::test]
@@ -288,6 +320,7 @@ async fn postgres_passes_the_store_checks() {
     let store = SqlStore::open(&url).await.unwrap();
     check_store(&store).await.unwrap();
     check_sealed_rows(&store).await.unwrap();
+    check_server_entries(&store).await.unwrap();
     store.close().await;
     drop_database(&name, admin).await;
 }

@@ -294,6 +294,41 @@ fn samples() -> Vec<(&'static str, &'static str, &'static str, Value)> {
             "200",
             value(&ServerList {
                 servers: Vec::new(),
+                added: vec!["kb".into()],
+            }),
+        ),
+        (
+            "/v1/servers",
+            "post",
+            "201",
+            value(&AddedServer {
+                server: None,
+                ignored_keys: vec!["autoApprove".into()],
+            }),
+        ),
+        (
+            "/v1/servers/{server}",
+            "delete",
+            "200",
+            value(&RemovedServer {
+                name: "kb".into(),
+                bound_by: vec!["support".into()],
+            }),
+        ),
+        (
+            "/v1/reload",
+            "post",
+            "200",
+            value(&super::super::reload::Reloaded {
+                source: "hostpipe.toml".into(),
+                servers: super::super::reload::ServerChanges {
+                    kept: vec!["demo".into()],
+                    added: vec!["kb".into()],
+                    changed: Vec::new(),
+                    removed: vec!["old".into()],
+                },
+                pipelines: vec!["support".into()],
+                warnings: vec!["[serve] changed: that takes effect at the next start".into()],
             }),
         ),
         (

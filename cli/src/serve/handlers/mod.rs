@@ -7,6 +7,7 @@ pub(crate) mod elicitation;
 pub(crate) mod health;
 pub(crate) mod history;
 pub(crate) mod login;
+pub(crate) mod manage;
 pub(crate) mod pins;
 pub(crate) mod pipelines;
 pub(crate) mod prompts;
@@ -48,10 +49,12 @@ fn check_ids(ids: &[(&str, &Option<String>)]) -> ApiResult<()> {
     Ok(())
 }
 
-/// The configured pipeline `id`, or 404 `unknown_pipeline` naming the others.
-pub(super) fn pipeline<'a>(state: &'a ServeState, id: &str) -> ApiResult<&'a Pipeline> {
-    state.app.pipelines.get(id).ok_or_else(|| {
-        let ids: Vec<&str> = state.app.pipelines.keys().map(String::as_str).collect();
+/// The configured pipeline `id` (as the configuration in effect has it), or 404
+/// `unknown_pipeline` naming the others.
+pub(super) fn pipeline(state: &ServeState, id: &str) -> ApiResult<Arc<Pipeline>> {
+    let current = state.current();
+    current.pipelines.get(id).cloned().ok_or_else(|| {
+        let ids: Vec<&str> = current.pipelines.keys().map(String::as_str).collect();
         ApiError::not_found(
             "unknown_pipeline",
             format!("no pipeline `{id}`; pipelines: {}", ids.join(", ")),

@@ -42,7 +42,7 @@ async fn list_pins(state: &ServeState, owner: PinOwner) -> ApiResult {
         .await?;
     let configured: Vec<Attachment> = match &owner {
         PinOwner::Pipeline(id) => state
-            .app
+            .current()
             .config
             .pipeline_attachments(id)
             .unwrap_or_default(),
@@ -54,11 +54,12 @@ async fn list_pins(state: &ServeState, owner: PinOwner) -> ApiResult {
 /// Pins a URI or a template for `owner`.
 async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResult {
     state.app.check_server(&body.server)?;
-    state
-        .app
+    let current = state.current();
+    current
+        .config
         .check_pin_owner(&owner, &body.server)
         .map_err(|e| match &owner {
-            PinOwner::Pipeline(id) if state.app.pipeline(id).is_err() => {
+            PinOwner::Pipeline(id) if !current.pipelines.contains_key(id) => {
                 ApiError::not_found("unknown_pipeline", format!("{e:#}"))
             }
             _ => ApiError::new(StatusCode::CONFLICT, "server_not_bound", format!("{e:#}")),

@@ -8,8 +8,8 @@ use super::{St, json};
 
 /// `GET /v1/pipelines`: each pipeline's runner, stages, model and bound servers.
 pub(crate) async fn list_pipelines(State(state): St) -> Response {
-    let pipelines = state
-        .app
+    let current = state.current();
+    let pipelines = current
         .pipelines
         .values()
         .map(|p| PipelineSummary {
@@ -17,7 +17,7 @@ pub(crate) async fn list_pipelines(State(state): St) -> Response {
             runner: p.runner_name(),
             stages: p.stage_names().collect(),
             model: &p.model().name,
-            bound_servers: state.app.config.bound_servers(p.id()),
+            bound_servers: current.config.bound_servers(p.id()),
         })
         .collect();
     json(PipelineList { pipelines })

@@ -98,7 +98,7 @@ pub(crate) async fn read_resource(
     }
     let model = match &body.pipeline {
         Some(id) => Arc::clone(pipeline(&state, id)?.model()),
-        None => Arc::new(state.app.config.model.clone()),
+        None => Arc::new(state.current().config.model.clone()),
     };
     let items = state
         .app

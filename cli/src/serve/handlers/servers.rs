@@ -9,10 +9,12 @@ use super::super::dto::ServerList;
 use super::super::error::ApiResult;
 use super::{St, json};
 
-/// `GET /v1/servers`: every configured server and its status.
+/// `GET /v1/servers`: every configured server and its status, and which of them were
+/// added over the API.
 pub(crate) async fn list_servers(State(state): St) -> Response {
     json(ServerList {
         servers: state.app.host.servers(),
+        added: state.current().added.iter().cloned().collect(),
     })
 }
 

@@ -141,7 +141,7 @@ pub(crate) async fn call_tool(
         let (server, name, pipeline_id) = (server.clone(), name.clone(), pipeline_id.clone());
         // The call runs to its end (and reaches the history) even if the caller leaves.
         state.turns.clone().spawn(async move {
-            let p = state.app.pipelines.get(&pipeline_id)?;
+            let p = state.current().pipelines.get(&pipeline_id).cloned()?;
             Some(
                 p.call_tool(turn, &server, &name, body.arguments, CallOrigin::Api)
                     .await,

@@ -59,7 +59,7 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
 /// The pipeline a turn asks for, and whether it runs with the `preview` runner instead
 /// of its own.
-fn turn_pipeline<'a>(state: &'a ServeState, body: &TurnBody) -> ApiResult<(&'a Pipeline, bool)> {
+fn turn_pipeline(state: &ServeState, body: &TurnBody) -> ApiResult<(Arc<Pipeline>, bool)> {
     let configured = pipeline(state, &body.pipeline)?;
     match body.runner.as_deref() {
         None => Ok((configured, false)),
@@ -281,7 +281,9 @@ impl TurnRun {
     /// Runs `turn` within `[serve] turn_timeout_ms` and logs how it ended: its outcome,
     /// or the error to answer with (504 `turn_timeout`, 503 `shutting_down`).
     pub(crate) async fn outcome(&self, turn: Turn) -> ApiResult<TurnOutcome> {
-        let Some(p) = self.state.app.pipelines.get(&self.pipeline_id) else {
+        // The pipelines in effect now: a reload meanwhile does not change this turn's.
+        let current = self.state.current();
+        let Some(p) = current.pipelines.get(&self.pipeline_id) else {
             return Err(ApiError::not_found(
                 "unknown_pipeline",
                 self.pipeline_id.clone(),
@@ -289,7 +291,8 @@ impl TurnRun {
         };
         let started = std::time::Instant::now();
         let deadline = started + self.state.options.turn_timeout;
-        let outcome = self.run_within(p, turn, deadline).await;
+        let preview = current.preview.get(&self.pipeline_id).cloned();
+        let outcome = self.run_within(p, preview, turn, deadline).await;
         self.state.approver.unwatch(&self.turn_id);
         self.state.elicitor.unwatch(&self.turn_id);
         let checked = self.check(&outcome, started);
@@ -323,6 +326,7 @@ impl TurnRun {
     async fn run_within(
         &self,
         p: &Pipeline,
+        preview: Option<Arc<dyn hostpipe_core::Runner>>,
         turn: Turn,
         deadline: std::time::Instant,
     ) -> Result<TurnOutcome, TurnEnd> {
@@ -339,11 +343,7 @@ impl TurnRun {
         let turn_timeout = self.state.options.turn_timeout;
         let stream = self.stream;
         let use_preview = self.use_preview;
-        let preview = self
-            .state
-            .preview
-            .get(&self.pipeline_id)
-            .map(|r| r.as_ref() as &dyn hostpipe_core::Runner);
+        let preview = preview.as_deref();
         // `sink` moves in: the forwarding ends when the run does.
         let run = async move {
             let tap = stream.then_some(&sink);

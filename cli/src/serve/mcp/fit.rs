@@ -66,7 +66,8 @@ struct FitRead<'a> {
 
 /// The tool as listed: its input schema (JSON Schema 2020-12) names the pipelines.
 pub(super) fn tool(state: &ServeState) -> Tool {
-    let pipelines: Vec<&str> = state.app.pipelines.keys().map(String::as_str).collect();
+    let current = state.current();
+    let pipelines: Vec<&str> = current.pipelines.keys().map(String::as_str).collect();
     let schema = serde_json::json!({
         "type": "object",
         "properties": {
@@ -188,16 +189,14 @@ fn turn_of(state: &ServeState, caller: &Caller, args: FitArgs) -> Result<(Turn, 
         }
         (Some(asked), _) => asked.clone(),
         (None, Some(endpoint)) => endpoint.clone(),
-        (None, None) => default_pipeline(state)
-            .ok_or_else(|| {
-                format!(
-                    "give `pipeline`: there is no pipeline `default`; pipelines: {}",
-                    pipeline_ids(state)
-                )
-            })?
-            .to_owned(),
+        (None, None) => default_pipeline(state).ok_or_else(|| {
+            format!(
+                "give `pipeline`: there is no pipeline `default`; pipelines: {}",
+                pipeline_ids(state)
+            )
+        })?,
     };
-    if !state.app.pipelines.contains_key(&id) {
+    if !state.current().pipelines.contains_key(&id) {
         return Err(format!(
             "no pipeline `{id}`; pipelines: {}",
             pipeline_ids(state)
@@ -230,7 +229,7 @@ fn turn_of(state: &ServeState, caller: &Caller, args: FitArgs) -> Result<(Turn, 
 /// The pipeline ids, comma-separated.
 fn pipeline_ids(state: &ServeState) -> String {
     state
-        .app
+        .current()
         .pipelines
         .keys()
         .map(String::as_str)

@@ -39,12 +39,12 @@ impl McpDoor {
 
     /// The pipeline the gateway serves to `caller`: its path's, else the default one;
     /// `None` on `/mcp` without a default pipeline.
-    fn gateway_pipeline(&self, caller: &Caller) -> Option<&hostpipe_engine::Pipeline> {
+    fn gateway_pipeline(&self, caller: &Caller) -> Option<Arc<hostpipe_engine::Pipeline>> {
         let id = caller
             .pipeline
-            .as_deref()
+            .clone()
             .or_else(|| default_pipeline(&self.state))?;
-        self.state.app.pipelines.get(id)
+        self.state.current().pipelines.get(&id).cloned()
     }
 
     /// `work` within `[serve] request_timeout_ms`, else an internal error saying so.
@@ -132,7 +132,7 @@ impl ServerHandler for McpDoor {
             return Ok(ListResourcesResult::default());
         };
         let listed = self
-            .bounded("resources/list", gateway::resources(&self.state, p))
+            .bounded("resources/list", gateway::resources(&self.state, &p))
             .await?;
         Ok(ListResourcesResult::with_all_items(listed))
     }
@@ -149,7 +149,7 @@ impl ServerHandler for McpDoor {
         let listed = self
             .bounded(
                 "resources/templates/list",
-                gateway::templates(&self.state, p),
+                gateway::templates(&self.state, &p),
             )
             .await?;
         Ok(ListResourceTemplatesResult::with_all_items(listed))
@@ -167,7 +167,7 @@ impl ServerHandler for McpDoor {
         let result = self
             .bounded(
                 "resources/read",
-                gateway::read(&self.state, p, &request.uri),
+                gateway::read(&self.state, &p, &request.uri),
             )
             .await?;
         Ok(result.into())
@@ -183,7 +183,7 @@ impl ServerHandler for McpDoor {
             return Ok(ListPromptsResult::default());
         };
         let listed = self
-            .bounded("prompts/list", gateway::prompts(&self.state, p))
+            .bounded("prompts/list", gateway::prompts(&self.state, &p))
             .await?;
         Ok(ListPromptsResult::with_all_items(
             listed.into_iter().map(|(prompt, _)| prompt).collect(),
@@ -202,7 +202,7 @@ impl ServerHandler for McpDoor {
         let result = self
             .bounded(
                 "prompts/get",
-                gateway::get_prompt(&self.state, p, &request.name, request.arguments),
+                gateway::get_prompt(&self.state, &p, &request.name, request.arguments),
             )
             .await?;
         Ok(result.into())
@@ -212,7 +212,7 @@ impl ServerHandler for McpDoor {
 /// `/mcp` was asked for a pipeline's resources or prompts, and has no default pipeline.
 fn no_pipeline(state: &ServeState) -> ErrorData {
     let ids: Vec<String> = state
-        .app
+        .current()
         .pipelines
         .keys()
         .map(|i| format!("/mcp/{i}"))

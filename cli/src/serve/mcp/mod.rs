@@ -99,21 +99,36 @@ async fn authorize(State(state): State<Arc<ServeState>>, mut req: Request, next:
         .strip_prefix("/mcp/")
         .filter(|p| !p.is_empty())
         .map(|p| percent_decode(p).unwrap_or_else(|| p.to_owned()));
-    if let Some(id) = &pipeline
-        && !state.app.pipelines.contains_key(id)
-    {
-        let ids: Vec<&str> = state.app.pipelines.keys().map(String::as_str).collect();
-        return ApiError::not_found(
-            "unknown_pipeline",
-            format!(
-                "no pipeline `{id}`; MCP endpoints: /mcp, {}",
-                ids.iter()
-                    .map(|i| format!("/mcp/{i}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )
-        .into_response();
+    let current = state.current();
+    let endpoints = || {
+        current
+            .pipelines
+            .keys()
+            .map(|i| format!("/mcp/{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match &pipeline {
+        Some(id) if !current.pipelines.contains_key(id) => {
+            return ApiError::not_found(
+                "unknown_pipeline",
+                format!("no pipeline `{id}`; MCP endpoints: /mcp, {}", endpoints()),
+            )
+            .into_response();
+        }
+        // `/mcp` serves the default pipeline: without one it serves nothing, and says
+        // so before a client connects to an empty server.
+        None if default_pipeline(&state).is_none() => {
+            return ApiError::not_found(
+                "unknown_pipeline",
+                format!(
+                    "/mcp serves the pipeline `default` (or the only one), and there is none: connect to one of {}",
+                    endpoints()
+                ),
+            )
+            .into_response();
+        }
+        _ => {}
     }
     req.extensions_mut().insert(Caller { scope, pipeline });
     next.run(req).await
@@ -121,13 +136,14 @@ async fn authorize(State(state): State<Arc<ServeState>>, mut req: Request, next:
 
 /// The default pipeline of `/mcp`: `default`, else the only pipeline; `None` when there
 /// are several and none is called `default`.
-pub(crate) fn default_pipeline(state: &ServeState) -> Option<&str> {
-    let pipelines = &state.app.pipelines;
+pub(crate) fn default_pipeline(state: &ServeState) -> Option<String> {
+    let current = state.current();
+    let pipelines = &current.pipelines;
     if pipelines.contains_key("default") {
-        return Some("default");
+        return Some("default".to_owned());
     }
     match pipelines.len() {
-        1 => pipelines.keys().next().map(String::as_str),
+        1 => pipelines.keys().next().cloned(),
         _ => None,
     }
 }

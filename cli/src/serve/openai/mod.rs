@@ -47,8 +47,8 @@ fn unix_now() -> u64 {
 /// `GET /v1/models`: every pipeline, as a model (API reference: "List models").
 pub(crate) async fn list_models(State(state): State<Arc<ServeState>>) -> Response {
     let created = unix_now();
-    let data = state
-        .app
+    let current = state.current();
+    let data = current
         .pipelines
         .keys()
         .map(|id| Model {
@@ -71,7 +71,8 @@ pub(crate) async fn retrieve_model(
     State(state): State<Arc<ServeState>>,
     axum::extract::Path(model): axum::extract::Path<String>,
 ) -> Result<Response, OpenAiError> {
-    let Some((id, _)) = state.app.pipelines.get_key_value(&model) else {
+    let current = state.current();
+    let Some((id, _)) = current.pipelines.get_key_value(&model) else {
         return Err(OpenAiError::from(ApiError::not_found(
             "model_not_found",
             format!(
@@ -106,7 +107,7 @@ pub(crate) async fn chat_completions(
         )
         .into());
     }
-    let Some(p) = state.app.pipelines.get(&body.model) else {
+    let Some(p) = state.current().pipelines.get(&body.model).cloned() else {
         return Err(OpenAiError::from(ApiError::not_found(
             "model_not_found",
             format!(
@@ -141,7 +142,7 @@ pub(crate) async fn chat_completions(
         .as_ref()
         .is_some_and(|o| o.include_usage);
     let stream = body.stream;
-    let turn = turn_from(p, &headers, body)?;
+    let turn = turn_from(&p, &headers, body)?;
     let offered: Vec<String> = turn.caller_tools.iter().map(|t| t.name.clone()).collect();
     let turn_id = turn.trace.turn_id().to_owned();
     let completion_id = format!("chatcmpl-{turn_id}");

@@ -12,9 +12,12 @@
 //! - [`observed`]: the transport wrapper that sees notifications in arrival order;
 //! - [`connect`](mod@connect): the stdio or streamable HTTP transport, `initialize`,
 //!   and adopting the session;
-//! - [`live`]: each server's event loop (list refreshes, unsubscribes, reconnects).
+//! - [`live`]: each server's event loop (list refreshes, unsubscribes, reconnects);
+//! - [`changes`]: servers that come and go while the host runs (added, removed, a
+//!   reload's difference applied).
 
 mod capability;
+mod changes;
 mod connect;
 mod elicit;
 mod lists;
@@ -27,11 +30,13 @@ mod subscribe;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_apply;
+#[cfg(test)]
 mod tests_elicit;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -50,6 +55,7 @@ use crate::cache::{ContentCache, Fetched};
 use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 use capability::Capability;
+pub use changes::{AddServerError, Applied};
 use connect::connect;
 use lists::refresh_lists;
 pub use oauth::{LoginError, PendingLogin, redirect_error, redirect_state};
@@ -76,16 +82,22 @@ const MRTR_MAX_ROUNDS: usize = 10;
 /// to it when the server declares `resources.subscribe`, and the subscription ends when
 /// the cache lets the entry go.
 pub struct McpHost {
-    slots: BTreeMap<String, Arc<Slot>>,
+    /// The servers by name. Held only briefly, never across an `await`: every user
+    /// takes its slot's `Arc` and lets go.
+    slots: RwLock<BTreeMap<String, Arc<Slot>>>,
+    /// Each server's event-loop channel, for the cache's evictions (the cache must not
+    /// hold the slots: they hold the cache).
+    senders: Arc<RwLock<HashMap<String, Signals>>>,
     options: HostOptions,
     cache: Arc<ContentCache>,
-    loops: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The vault every server's OAuth credentials go to, servers added later included.
+    vault: Mutex<Arc<dyn hostpipe_core::CredentialVault>>,
 }
 
 impl std::fmt::Debug for McpHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpHost")
-            .field("servers", &self.slots.keys().collect::<Vec<_>>())
+            .field("servers", &self.server_names())
             .field("options", &self.options)
             .finish()
     }
@@ -93,14 +105,15 @@ impl std::fmt::Debug for McpHost {
 
 impl Drop for McpHost {
     fn drop(&mut self) {
-        for slot in self.slots.values() {
+        let slots = self.slots.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for slot in slots.values() {
             slot.closing.store(true, Ordering::Relaxed);
             slot.kill_process_group();
             // The session's transport holds the slot; dropping the session (which
             // cancels it) breaks that cycle when `shutdown` was not called.
             slot.try_drop_session();
+            slot.abort_tasks();
         }
-        self.abort_loops();
     }
 }
 
@@ -112,33 +125,65 @@ impl McpHost {
             .into_iter()
             .map(|config| (config.name.clone(), Arc::new(Slot::new(config))))
             .collect();
-        let senders: HashMap<String, Signals> = slots
-            .iter()
-            .map(|(name, slot)| (name.clone(), slot.signals.clone()))
-            .collect();
+        let senders: Arc<RwLock<HashMap<String, Signals>>> = Arc::new(RwLock::new(
+            slots
+                .iter()
+                .map(|(name, slot)| (name.clone(), slot.signals.clone()))
+                .collect(),
+        ));
         // Only the senders: the cache must not hold the slots (they hold the cache).
         // An eviction concerns whichever connection is current: tagged 0, "any".
-        let on_evict = Arc::new(move |server: &str, uri: &str| {
-            if let Some(tx) = senders.get(server) {
-                let _ = tx.send((0, Signal::Evicted(uri.into())));
-            }
-        });
+        let on_evict = {
+            let senders = Arc::clone(&senders);
+            Arc::new(move |server: &str, uri: &str| {
+                let senders = senders.read().unwrap_or_else(PoisonError::into_inner);
+                if let Some(tx) = senders.get(server) {
+                    let _ = tx.send((0, Signal::Evicted(uri.into())));
+                }
+            })
+        };
         let cache = Arc::new(ContentCache::new(
             options.content_cache_bytes,
             options.content_ttl,
             on_evict,
         ));
         Self {
-            slots,
+            slots: RwLock::new(slots),
+            senders,
             options,
             cache,
-            loops: Mutex::default(),
+            vault: Mutex::new(Arc::new(hostpipe_core::MemoryVault::new())),
         }
+    }
+
+    /// The servers, sorted by name (a snapshot: servers may come and go meanwhile).
+    fn all_slots(&self) -> Vec<Arc<Slot>> {
+        self.slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The server names, sorted.
+    pub fn server_names(&self) -> Vec<String> {
+        self.slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// The options.
     pub fn options(&self) -> &HostOptions {
         &self.options
+    }
+
+    /// The entry `server` was configured with; `None` if there is no such server.
+    pub fn server_config(&self, server: &str) -> Option<ServerConfig> {
+        self.slot(server).ok().map(|s| s.config.clone())
     }
 
     /// Connects every enabled server concurrently, each under its connect timeout, and
@@ -154,8 +199,10 @@ impl McpHost {
     /// does not wait for the others. Unknown names are ignored.
     pub async fn connect_only(&self, only: Option<&[String]>) {
         let mut set = tokio::task::JoinSet::new();
-        for slot in self.slots.values() {
-            if only.is_some_and(|names| !names.contains(&slot.config.name)) {
+        for slot in &self.all_slots() {
+            if only.is_some_and(|names| !names.contains(&slot.config.name))
+                || slot.added.load(Ordering::Relaxed)
+            {
                 continue;
             }
             if slot.config.disabled {
@@ -193,11 +240,11 @@ impl McpHost {
     /// alone; so is every server in a one-shot command, which never calls this. Call
     /// after [`McpHost::connect_all`].
     pub fn keep_retrying_unreachable(&self) {
-        for slot in self.slots.values() {
+        for slot in &self.all_slots() {
             let ServerStatus::Failed { reason } = slot.status() else {
                 continue;
             };
-            if slot.peer().is_some() {
+            if slot.peer().is_some() || slot.added.load(Ordering::Relaxed) {
                 continue;
             }
             tracing::info!(server = %slot.config.name, %reason, "MCP server unreachable at start; retrying with backoff");
@@ -223,27 +270,19 @@ impl McpHost {
             return;
         }
         if let Some(rx) = slot.take_signals() {
-            self.loops
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(tokio::spawn(live::run(
-                    Arc::clone(slot),
-                    self.options.clone(),
-                    Arc::clone(&self.cache),
-                    rx,
-                )));
+            slot.push_task(tokio::spawn(live::run(
+                Arc::clone(slot),
+                self.options.clone(),
+                Arc::clone(&self.cache),
+                rx,
+            )));
         }
     }
 
     /// Stops every server's event loop (no reconnects from here on).
     fn abort_loops(&self) {
-        for task in self
-            .loops
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..)
-        {
-            task.abort();
+        for slot in self.all_slots() {
+            slot.abort_tasks();
         }
     }
 
@@ -254,9 +293,8 @@ impl McpHost {
     pub async fn shutdown(&self) {
         self.abort_loops();
         let mut set = tokio::task::JoinSet::new();
-        for slot in self.slots.values() {
+        for slot in self.all_slots() {
             slot.closing.store(true, Ordering::Relaxed);
-            let slot = Arc::clone(slot);
             set.spawn(async move {
                 let before = slot.read().status.clone();
                 slot.drop_session().await;
@@ -283,9 +321,15 @@ impl McpHost {
     /// it before [`McpHost::connect_all`]; the host starts with a
     /// [`MemoryVault`](hostpipe_core::MemoryVault)). stdio servers never see it.
     pub fn set_credential_vault(&self, vault: Arc<dyn hostpipe_core::CredentialVault>) {
-        for slot in self.slots.values() {
+        for slot in self.all_slots() {
             slot.set_vault(Arc::clone(&vault));
         }
+        *self.vault.lock().unwrap_or_else(PoisonError::into_inner) = vault;
+    }
+
+    /// The vault servers added from now on use.
+    fn vault(&self) -> Arc<dyn hostpipe_core::CredentialVault> {
+        Arc::clone(&self.vault.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Starts an OAuth login to `server` (the authorization code flow with PKCE,
@@ -302,9 +346,8 @@ impl McpHost {
         redirect_uri: &str,
     ) -> Result<PendingLogin, LoginError> {
         let slot = self
-            .slots
-            .get(server)
-            .ok_or_else(|| LoginError::UnknownServer(server.to_owned()))?;
+            .slot(server)
+            .map_err(|_| LoginError::UnknownServer(server.to_owned()))?;
         let not_oauth = |why| LoginError::NotOAuth {
             server: server.to_owned(),
             why,
@@ -342,7 +385,7 @@ impl McpHost {
     /// # Errors
     /// [`SourceError::UnknownServer`].
     pub async fn reconnect(&self, server: &str) -> Result<ServerStatus, SourceError> {
-        let slot = Arc::clone(self.slot(server)?);
+        let slot = self.slot(server)?;
         if slot.config.disabled {
             return Ok(ServerStatus::Disabled);
         }
@@ -361,36 +404,36 @@ impl McpHost {
     /// How many `notifications/resources/updated` `server` has sent (diagnostics and
     /// tests); `None` if not configured.
     pub fn updates_received(&self, server: &str) -> Option<u64> {
-        self.slots.get(server).map(|s| s.updates())
+        self.slot(server).ok().map(|s| s.updates())
     }
 
     /// The URIs `server` is subscribed to on its current connection, sorted.
     pub fn subscriptions(&self, server: &str) -> Vec<String> {
-        self.slots
-            .get(server)
-            .map_or_else(Vec::new, |s| s.subscriptions())
+        self.slot(server)
+            .map_or_else(|_| Vec::new(), |s| s.subscriptions())
     }
 
     /// How many connection attempts `server` has had: 1 after the first connect, one
     /// more for each reconnect attempt. 0 if not configured or disabled.
     pub fn connections(&self, server: &str) -> u64 {
-        self.slots
-            .get(server)
+        self.slot(server)
             .map_or(0, |s| s.conn.load(Ordering::SeqCst))
     }
 
     /// How many requests of each MCP method were sent to `server` (e.g.
     /// `resources/list` → 1). For diagnostics and tests; `None` if not configured.
     pub fn request_counts(&self, server: &str) -> Option<BTreeMap<&'static str, u64>> {
-        self.slots.get(server).map(|s| s.request_counts())
+        self.slot(server).ok().map(|s| s.request_counts())
     }
 
-    fn slot(&self, server: &str) -> Result<&Arc<Slot>, SourceError> {
-        self.slots
+    fn slot(&self, server: &str) -> Result<Arc<Slot>, SourceError> {
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        slots
             .get(server)
+            .cloned()
             .ok_or_else(|| SourceError::UnknownServer {
                 server: server.to_owned(),
-                known: self.slots.keys().cloned().collect(),
+                known: slots.keys().cloned().collect(),
             })
     }
 
@@ -419,7 +462,8 @@ impl McpHost {
             server: server.to_owned(),
             reason: "no session".into(),
         })?;
-        Ok((Arc::clone(slot), peer))
+        drop(st);
+        Ok((slot, peer))
     }
 
     async fn cached<T: ?Sized>(
@@ -432,10 +476,10 @@ impl McpHost {
         let slot = self.slot(server)?;
         // Not connected: answer now, not after waiting for a refresh that cannot come.
         if slot.status().is_connected() && slot.lists.is_stale() {
-            live::wait_fresh(slot, slot.request_timeout(&self.options)).await;
+            live::wait_fresh(&slot, slot.request_timeout(&self.options)).await;
         }
         if slot.status().is_connected() {
-            self.relist_expired(slot, kind).await;
+            self.relist_expired(&slot, kind).await;
         }
         let status = slot.status();
         if !status.is_connected() {
@@ -474,8 +518,8 @@ impl McpHost {
 #[async_trait]
 impl McpSource for McpHost {
     fn servers(&self) -> Vec<ServerInfo> {
-        self.slots
-            .values()
+        self.all_slots()
+            .iter()
             .map(|slot| {
                 let status = slot.status();
                 let st = slot.read();

@@ -245,6 +245,12 @@ pub(super) struct Slot {
     /// The `WWW-Authenticate` challenge of the last 401, which starts a login's
     /// discovery (RFC 9728 `resource_metadata`, `scope`).
     pub(super) challenge: Mutex<Option<String>>,
+    /// The server's own tasks (its event loop; the background connect of a server
+    /// added while the host runs), aborted when it is removed or the host shuts down.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Added while the host runs ([`super::McpHost::add_server`]): its own task connects
+    /// and retries it, so `connect_all` and `keep_retrying_unreachable` leave it alone.
+    pub(super) added: AtomicBool,
 }
 
 /// The protocol version of the 2026-07-28 era.
@@ -309,6 +315,32 @@ impl Slot {
             askers: super::elicit::Askers::default(),
             vault: Mutex::new(Arc::new(hostpipe_core::MemoryVault::new())),
             challenge: Mutex::new(None),
+            tasks: Mutex::default(),
+            added: AtomicBool::new(false),
+        }
+    }
+
+    /// Keeps `task` to abort with the server's others; aborts it at once if the server
+    /// is already closing.
+    pub(super) fn push_task(&self, task: tokio::task::JoinHandle<()>) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        tasks.retain(|t| !t.is_finished());
+        if self.closing.load(Ordering::Relaxed) {
+            task.abort();
+        } else {
+            tasks.push(task);
+        }
+    }
+
+    /// Aborts the server's tasks (its event loop: no reconnects from here on).
+    pub(super) fn abort_tasks(&self) {
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
         }
     }
 

@@ -157,7 +157,7 @@ pub(super) async fn connected_to<S: ServerHandler>(
             let _ = running.waiting().await;
         }
     });
-    let slot = Arc::clone(host.slot("docs").unwrap_or_else(|e| unreachable!("{e}")));
+    let slot = host.slot("docs").unwrap_or_else(|e| unreachable!("{e}"));
     let (read, write) = tokio::io::split(client_io);
     let conn = slot.new_connection();
     let established = connect::serve(
