@@ -302,6 +302,47 @@ async fn dify_retrieves_the_answering_passage_from_a_pipelines_resources() {
     );
     assert!(!v.to_string().contains("BLUEBIRD"));
 
+    // A platform's key (read or turn token) cannot read past the policy through the
+    // operator's look either, named pipeline or not; an admin token can.
+    let look = |token: &'static str, body: Value| {
+        let url = svc.url("/v1/servers/kb/resources/read");
+        async move {
+            let res = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (res.status(), res.json::<Value>().await.unwrap())
+        }
+    };
+    for token in [READ_TOKEN, hostpipe_tests::TURN_TOKEN] {
+        for body in [
+            json!({"uri": "kb://secret/plan"}),
+            json!({"uri": "kb://secret/plan", "pipeline": "kb"}),
+        ] {
+            let (s, v) = look(token, body).await;
+            assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+            assert_eq!(v["error"]["code"], "read_withheld", "{v}");
+            assert!(
+                v["error"]["message"].as_str().unwrap().contains(
+                    "pipeline `kb` does not allow reading `kb://secret/plan` from `kb` (rules[0]"
+                ),
+                "{v}"
+            );
+        }
+    }
+    let (s, v) = look(READ_TOKEN, json!({"uri": "kb://public/handbook"})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let served = std::fs::read_to_string(&kb_log).unwrap_or_default();
+    assert!(
+        !served.contains("secret"),
+        "a withheld look reached the server: {served}"
+    );
+    let (s, v) = look(ADMIN_TOKEN, json!({"uri": "kb://secret/plan"})).await;
+    assert_eq!(s, StatusCode::OK, "an operator's look: {v}");
+
     // The reads are in the history, as a turn's are.
     let history: Value = reqwest::Client::new()
         .get(svc.url("/v1/history?pipeline=kb"))

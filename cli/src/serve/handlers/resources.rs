@@ -15,6 +15,7 @@ use super::super::error::{ApiResult, target_error};
 use super::super::{ApiError, Body, Params};
 use super::{St, json, pipeline};
 use crate::ops::{AttachmentSpec, TargetError};
+use crate::serve::Scope;
 
 /// `GET /v1/servers/{server}/resources`.
 pub(crate) async fn list_resources(State(state): St, Params(server): Params<String>) -> ApiResult {
@@ -56,6 +57,7 @@ pub(crate) struct ReadBody {
 pub(crate) async fn read_resource(
     State(state): St,
     Params(server): Params<String>,
+    axum::Extension(scope): axum::Extension<super::super::ScopeCell>,
     Body(body): Body<ReadBody>,
 ) -> ApiResult {
     state.app.check_server(&server)?;
@@ -96,6 +98,9 @@ pub(crate) async fn read_resource(
     if uri.is_empty() {
         return Err(ApiError::bad_request("`uri` is empty"));
     }
+    if scope.0.get().is_none_or(|s| *s < Scope::Admin) {
+        held_to_policy(&state, &server, &uri, body.pipeline.as_deref())?;
+    }
     let model = match &body.pipeline {
         Some(id) => Arc::clone(pipeline(&state, id)?.model()),
         None => Arc::new(state.current().config.model.clone()),
@@ -112,4 +117,48 @@ pub(crate) async fn read_resource(
         },
         contents: items.into_iter().map(ContentItem::from).collect(),
     }))
+}
+
+/// A read by a read or turn token (a platform's key) is held to the pipelines' consent
+/// policies: the named pipeline's whole policy (for host and model reads), else every
+/// rule of every pipeline that names this resource. Only an admin token reads past a
+/// policy (an operator's look). 403 `read_withheld` names the pipeline and the rule.
+fn held_to_policy(
+    state: &super::super::ServeState,
+    server: &str,
+    uri: &str,
+    named: Option<&str>,
+) -> ApiResult<()> {
+    use hostpipe_core::ReadOrigin;
+    use hostpipe_engine::Decision;
+    use hostpipe_engine::consent::DecidedBy;
+    let pipelines: Vec<Arc<hostpipe_engine::Pipeline>> = match named {
+        Some(id) => vec![pipeline(state, id)?],
+        None => state.current().pipelines.values().cloned().collect(),
+    };
+    for p in pipelines {
+        let Some(consent) = p.consent() else {
+            continue;
+        };
+        for origin in [ReadOrigin::Host, ReadOrigin::Model] {
+            let (decision, by) = consent.policy().decide(server, uri, origin);
+            let applies = named.is_some() || matches!(by, DecidedBy::Rule(_));
+            if applies && decision != Decision::Allow {
+                let why = match by {
+                    DecidedBy::Rule(i) => format!("rules[{i}]"),
+                    _ => "its default".to_owned(),
+                };
+                return Err(ApiError::new(
+                    axum::http::StatusCode::FORBIDDEN,
+                    "read_withheld",
+                    format!(
+                        "pipeline `{}` does not allow reading `{uri}` from `{server}` ({why} of [pipelines.{}.consent]); only an admin token reads past a pipeline's policy",
+                        p.id(),
+                        p.id()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
