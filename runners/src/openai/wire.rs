@@ -252,9 +252,12 @@ impl Message {
             UserContent::Text(request.message.text.clone())
         } else {
             let mut parts = vec![ContentPart::text(&request.message.text)];
+            // Each image inside its fence, as a text block is: the preamble says only
+            // the closing tag ends an element.
             for (tag, mime, data) in images {
                 parts.push(ContentPart::text(tag));
                 parts.push(ContentPart::image(mime, data));
+                parts.push(ContentPart::text(request.fence.close()));
             }
             UserContent::Parts(parts)
         };

@@ -103,6 +103,7 @@ async fn images_go_to_the_user_message_with_vision_streamed() {
                     {"type": "text", "text": "Describe it."},
                     {"type": "text", "text": format!("<resource-{NONCE} {LOGO_ATTRS}>")},
                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AQID"}},
+                    {"type": "text", "text": format!("</resource-{NONCE}>")},
                 ]},
             ],
             "stream": true,
