@@ -121,9 +121,10 @@ pub struct RetrievedPassage {
     /// The passage's text, as read (not fenced).
     pub text: String,
     /// Relevance in [0, 1]: the reranker's relevance for reranked passages, otherwise
-    /// the passage's BM25 score (with the scope and priority boost) over what a passage
-    /// of average length holding each query term the resources contain once scores,
-    /// capped at 1. Non-increasing along the answer.
+    /// 1 − e^(−1.5·x), where x is the passage's BM25 score (with the scope and priority
+    /// boost) over what a passage of average length holding each query term the
+    /// resources contain once scores (x = 1 gives 0.78). Non-increasing along the
+    /// answer.
     pub score: f64,
     /// Its place in the turn's ranking of all passages, from 1.
     pub rank: usize,
