@@ -53,6 +53,6 @@ async fn the_langbot_plugin_puts_the_pipelines_context_into_the_message() {
         .rev()
         .find(|l| l.contains(" passed"))
         .unwrap_or_default();
-    assert!(summary.starts_with("12 passed"), "{text}");
+    assert!(summary.starts_with("14 passed"), "{text}");
     assert!(!summary.contains("skipped"), "{text}");
 }

@@ -76,10 +76,22 @@ def group_event(text: str, group: str = "67890", user: str = "12345"):
     )
 
 
-async def deliver(config: dict, event) -> events.BaseEventModel:
-    """LangBot → runtime → plugin → LangBot: the event as LangBot reads it back."""
+class Recording(context.EventContext):
+    """The runtime's side of `EventContext`: what the plugin sent back with `reply`."""
+
+    replies: list = []
+
+    async def reply(self, message_chain, quote_origin: bool = False):
+        self.replies.append(message_chain)
+
+
+async def deliver(config: dict, event, seen: dict | None = None) -> events.BaseEventModel:
+    """LangBot → runtime → plugin → LangBot: the event as LangBot reads it back.
+    `seen`, when given, gets the replies the plugin sent and whether it prevented the
+    default (the runner)."""
     sent = context.EventContext.from_event(event).model_dump(mode="json")
-    received = context.EventContext.model_validate(sent)
+    received = Recording.model_validate(sent)
+    received.replies = []
     listener = plugin.ContextListener()
     listener.plugin = Plugin()
     listener.plugin.config = config
@@ -89,6 +101,9 @@ async def deliver(config: dict, event) -> events.BaseEventModel:
     for handler in handlers:
         await handler(received)
     back = received.model_dump(mode="json")
+    if seen is not None:
+        seen["replies"] = [str(c) for c in received.replies]
+        seen["prevented"] = back["is_prevent_default"]
     return type(event).model_validate(back["event"])
 
 
@@ -130,6 +145,28 @@ async def test_a_group_message_is_its_own_conversation_in_hostpipe():
     r.raise_for_status()
     reads = [rec["uri"] for rec in r.json()["records"]]
     assert "demo://config/app.json" in reads, r.text
+
+
+@needs_hostpipe
+async def test_a_prompt_command_reaches_the_runner_expanded():
+    seen: dict = {}
+    event = await deliver(config(), person_event("/demo:summarize_doc topic=handbook"), seen)
+    altered = event.user_message_alter
+    assert altered.endswith(
+        "Summarize the document demo://docs/handbook.md in five bullet points."
+    ), altered[-300:]
+    assert "/demo:summarize_doc" not in altered
+    assert fenced(altered, ATTACHED)
+    assert seen == {"replies": [], "prevented": False}
+
+
+@needs_hostpipe
+async def test_a_prompt_command_missing_its_argument_gets_hostpipes_reply_not_the_runner():
+    seen: dict = {}
+    event = await deliver(config(), person_event("/demo:summarize_doc"), seen)
+    assert event.user_message_alter is None
+    assert seen["prevented"] is True
+    assert len(seen["replies"]) == 1 and "topic" in seen["replies"][0], seen
 
 
 @needs_hostpipe

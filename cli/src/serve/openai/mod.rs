@@ -324,7 +324,9 @@ fn text_of(content: &Content, param: &str) -> Result<String, OpenAiError> {
                     Part::Other => {
                         return Err(OpenAiError::invalid(
                             format!("{param}[{j}]"),
-                            format!("{param}[{j}]: only `text` parts are supported"),
+                            format!(
+                                "{param}[{j}]: only `text` and `image_url` parts are supported"
+                            ),
                         ));
                     }
                 }

@@ -9,6 +9,12 @@ policy, cache and history), no model is called, and the answer's
 `request.fenced_context` is the context exactly as hostpipe's own runners would send it
 (each resource inside its fence).
 
+The message the runner gets is the one the pipeline's stages left: a `/server:prompt`
+command expanded into its prompt, `@server:uri` mentions read into the context. When a
+stage ends the turn with a reply for the user (a prompt command missing an argument),
+that reply is sent and LangBot's runner is not called; any other ended turn (a required
+server down) lets the message go on without context.
+
 The conversation id is LangBot's session name, `{launcher_type}_{launcher_id}`
 (`person_12345`, `group_67890`), so hostpipe's conversation pins apply per chat.
 
@@ -25,6 +31,7 @@ import typing
 import httpx
 from langbot_plugin.api.definition.components.common.event_listener import EventListener
 from langbot_plugin.api.entities import context, events
+from langbot_plugin.api.entities.builtin.platform import message as platform_message
 from langbot_plugin.api.entities.builtin.provider import message as provider_message
 
 log = logging.getLogger("hostpipe-context")
@@ -61,15 +68,32 @@ class Settings(typing.NamedTuple):
         return cls(url, token, pipeline, ms / 1000)
 
 
+class Fitted(typing.NamedTuple):
+    """What hostpipe's pipeline made of a message."""
+
+    #: The fenced context ("" when the pipeline injects nothing).
+    context: str
+    #: The message as the stages left it (a prompt command expanded).
+    message: str
+    #: A stage's reply for the user when a stage ended the turn, else None.
+    reply: str | None
+    #: The stage that ended the turn, else None.
+    ended_by: str | None
+
+
+#: The stages whose reply answers the user (their turn ends on purpose, not by failure).
+REPLYING_STAGES = {"prompt_expansion"}
+
+
 async def fetch_context(
     settings: Settings,
     message: str,
     conversation_id: str,
     sender: str,
     client: httpx.AsyncClient | None = None,
-) -> str:
-    """The fenced context hostpipe's pipeline injects for `message` ("" when it injects
-    nothing).
+) -> Fitted:
+    """What hostpipe's pipeline makes of `message`: its fenced context, the message as
+    its stages left it, and the reply of a stage that ended the turn.
 
     Raises `HostpipeError` (a sentence for the log, without the token) when hostpipe
     cannot be reached, takes longer than `settings.timeout_s` in all, or answers with
@@ -113,8 +137,16 @@ async def fetch_context(
         raise HostpipeError(
             f"hostpipe's turn {doc.get('turn_id', '?')} failed; its trace says why"
         )
+    ended_by = doc.get("ended_by")
+    if ended_by:
+        return Fitted("", message, str(doc.get("reply") or ""), str(ended_by))
     request = doc.get("request") or {}
-    return str(request.get("fenced_context") or "")
+    return Fitted(
+        str(request.get("fenced_context") or ""),
+        str(request.get("message") or message),
+        None,
+        None,
+    )
 
 
 class HostpipeError(Exception):
@@ -123,13 +155,17 @@ class HostpipeError(Exception):
 
 def with_context(
     event: events.PersonNormalMessageReceived | events.GroupNormalMessageReceived,
-    fenced: str,
+    fitted: Fitted,
 ) -> None:
-    """Puts `fenced` before the message the runner gets: before what another plugin
-    already put there, else before the user's text."""
+    """Puts the context before the message the runner gets: before what another plugin
+    already put there, else before the message as the pipeline's stages left it."""
+    fenced = fitted.context
     current = event.user_message_alter
     if current is None:
-        event.user_message_alter = f"{fenced}\n\n{event.text_message}"
+        text = fitted.message or event.text_message
+        event.user_message_alter = f"{fenced}\n\n{text}" if fenced else text
+    elif not fenced:
+        return
     elif isinstance(current, str):
         event.user_message_alter = f"{fenced}\n\n{current}"
     else:
@@ -154,14 +190,28 @@ class ContextListener(EventListener):
                 return
             conversation = f"{event.launcher_type}_{event.launcher_id}"
             try:
-                fenced = await fetch_context(
+                fitted = await fetch_context(
                     settings, event.text_message, conversation, str(event.sender_id)
                 )
             except HostpipeError as e:
                 log.warning("no hostpipe context for %s: %s", conversation, e)
                 return
-            if fenced:
-                with_context(event, fenced)
+            if fitted.ended_by in REPLYING_STAGES and fitted.reply:
+                # The user asked hostpipe (a prompt command) and hostpipe answered.
+                await ctx.reply(
+                    platform_message.MessageChain([platform_message.Plain(text=fitted.reply)])
+                )
+                ctx.prevent_default()
+                return
+            if fitted.ended_by:
+                log.warning(
+                    "no hostpipe context for %s: stage %s ended the turn",
+                    conversation,
+                    fitted.ended_by,
+                )
+                return
+            if fitted.context or fitted.message != event.text_message:
+                with_context(event, fitted)
 
         self.handler(events.PersonNormalMessageReceived)(on_message)
         self.handler(events.GroupNormalMessageReceived)(on_message)
