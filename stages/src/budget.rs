@@ -4,7 +4,9 @@
 //!    shrunk take their whole cost while it fits, in rank order; the shrinkable ones share
 //!    what is left by water-filling.
 //! 2. Other blocks that cannot be shrunk (images, notes, texts whose strategy is `whole`)
-//!    take their whole cost, in rank order, while it fits.
+//!    take their whole cost, in rank order, while it fits; an image (`yields`) only
+//!    while it leaves the shrinkable blocks waiting at least half of what is left: an
+//!    unrelated picture must not take the room of the text that answers.
 //! 3. The remaining shrinkable blocks share what is left by water-filling: the cheapest
 //!    are served whole first, each block's share is what is left divided by the blocks
 //!    still waiting, so what a small block does not use flows to the larger ones.
@@ -30,6 +32,9 @@ pub struct Need {
     /// What a must-include block at a wider scope leaves it, at most its cost: the
     /// useful minimum of an attachment the user made more narrowly.
     pub reserve: usize,
+    /// An image that is not a must: whole only while it takes at most half of what is
+    /// left when shrinkable blocks are waiting (their relevance is known, its is not).
+    pub yields: bool,
 }
 
 fn water_fill(out: &mut [usize], needs: &[Need], indices: &[usize], left: &mut usize) {
@@ -71,7 +76,11 @@ pub fn allocate(budget: usize, needs: &[Need]) -> Vec<usize> {
         .collect();
     water_fill(&mut out, needs, &musts, &mut left);
     left += reserve;
+    let texts_wait = needs.iter().any(|n| !n.must && n.shrinkable);
     for i in (0..needs.len()).filter(|&i| !needs[i].must && !needs[i].shrinkable) {
+        if needs[i].yields && texts_wait && needs[i].cost > left / 2 {
+            continue;
+        }
         whole_if_fits(&mut out, &mut left, i);
     }
     let mut rest: Vec<usize> = (0..needs.len())
@@ -106,7 +115,29 @@ mod tests {
             min_useful: 64,
             tier: 0,
             reserve: 64,
+            yields: false,
         }
+    }
+
+    #[test]
+    fn an_image_leaves_waiting_texts_half_of_what_is_left() {
+        let image = Need {
+            shrinkable: false,
+            yields: true,
+            ..shrinkable(255)
+        };
+        // 300 tokens: the image would leave the text 45; the text gets them all.
+        assert_eq!(allocate(300, &[image, shrinkable(2000)]), [0, 300]);
+        // 1000 tokens: the image takes its 255 and the text the rest.
+        assert_eq!(allocate(1000, &[image, shrinkable(2000)]), [255, 745]);
+        // Alone, it takes what fits, as before.
+        assert_eq!(allocate(300, &[image]), [255]);
+        // A `whole` text (not `yields`) still goes first.
+        let whole = Need {
+            yields: false,
+            ..image
+        };
+        assert_eq!(allocate(300, &[whole, shrinkable(2000)]), [255, 45]);
     }
 
     #[test]
@@ -161,7 +192,7 @@ mod tests {
         ) {
             let needs: Vec<Need> = needs
                 .into_iter()
-                .map(|(cost, must, shrinkable, min_useful, tier)| Need { cost, must, shrinkable, min_useful, tier, reserve: min_useful })
+                .map(|(cost, must, shrinkable, min_useful, tier)| Need { cost, must, shrinkable, min_useful, tier, reserve: min_useful, yields: false })
                 .collect();
             let out = allocate(budget, &needs);
             prop_assert!(out.iter().sum::<usize>() <= budget);

@@ -286,13 +286,31 @@ pub async fn fit(
         }
         return outcome;
     }
-    let q = Query::new(
+    let mut q = Query::new(
         &opts.analyzer,
         query.message,
         query.history,
         opts.history_messages,
         opts.history_weight,
     );
+    // A message none of whose terms is in any text (a question in another language than
+    // the documents) ranks nothing: the texts are shrunk as for a message without terms,
+    // so the model gets their beginnings (or summaries) rather than nothing.
+    if !q.is_empty()
+        && !items
+            .iter()
+            .zip(&hashes)
+            .any(|(it, &hash)| match &it.converted {
+                Converted::Text(t) => mentions(t, hash, it, &q, opts),
+                _ => false,
+            })
+    {
+        outcome.notes.push(
+            "no term of the message is in any text: the texts were shrunk (summarized or truncated) instead of ranked"
+                .to_owned(),
+        );
+        q = Query::default();
+    }
     // 2. What cannot be ranked shares the budget with the ranked pool (musts apart).
     let shares = Shares::plan(&items, &hashes, &costs, &q, budget, opts);
     let mut fitted = shares.left_out;
@@ -429,6 +447,7 @@ impl Shares {
                     .passage_tokens
                     .min(budget / 2)
                     .max(opts.min_block_tokens),
+                yields: false,
             })
         };
         let mut needs: Vec<Need> = Vec::new();
@@ -465,6 +484,7 @@ impl Shares {
                 min_useful: opts.min_block_tokens,
                 tier: item.source.scope as u8,
                 reserve: opts.min_block_tokens,
+                yields: !item.must && matches!(item.converted, Converted::Image { .. }),
             });
         }
         // The rest of the ranked pool comes last: what the others do not use is its.

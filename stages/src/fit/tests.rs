@@ -654,3 +654,28 @@ fn retrieval_without_query_terms_retrieves_nothing() {
         got.outcome.notes
     );
 }
+
+/// A message none of whose terms is in any text (another language) still gets the texts,
+/// summarized (or truncated without a summarizer), not nothing; the trace says why.
+#[test]
+fn a_message_that_matches_no_text_still_gets_the_texts() {
+    let items = vec![
+        text_item(0, filler("travel", 20, 1)),
+        text_item(1, filler("payroll", 20, 2)),
+    ];
+    let out = run(items, 400, "配置里写了什么？", &[]);
+    assert!(
+        out.notes
+            .iter()
+            .any(|n| n.starts_with("no term of the message is in any text")),
+        "{:?}",
+        out.notes
+    );
+    let ctx = context(&out);
+    assert!(
+        ctx.contains("travel part") && ctx.contains("payroll part"),
+        "{ctx}"
+    );
+    assert!(out.fitted.iter().all(|f| f.block.is_some()));
+    assert!(total(&out) <= 400);
+}
