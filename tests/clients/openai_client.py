@@ -23,8 +23,12 @@ def main():
     client = openai.OpenAI(base_url=f"{base}/v1", api_key=os.environ["HOSTPIPE_TOKEN"])
     out = {}
 
-    out["models"] = [m.id for m in client.models.list()]
+    listed = list(client.models.list())
+    out["models"] = [m.id for m in listed]
     one = client.models.retrieve(out["models"][0])
+    # A model's `created` does not change from call to call (platforms cache the list).
+    again = list(client.models.list())
+    out["created_stable"] = len({m.created for m in listed + again} | {one.created}) == 1
     out["retrieved"] = {"id": one.id, "object": one.object, "owned_by": one.owned_by}
     try:
         client.models.retrieve("no-such-pipeline")

@@ -166,6 +166,7 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
 
     assert_eq!(doc["models"], json!(["assistant", "limited", "tooled"]));
+    assert_eq!(doc["created_stable"], true);
     // "Retrieve model", which some platforms call to check a model name.
     assert_eq!(
         doc["retrieved"],

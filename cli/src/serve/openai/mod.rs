@@ -44,9 +44,16 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// When the pipelines became models: the first time this process listed them (the API
+/// reference's `created`, Unix seconds; the same on every call, as for a real model).
+fn models_created() -> u64 {
+    static CREATED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *CREATED.get_or_init(unix_now)
+}
+
 /// `GET /v1/models`: every pipeline, as a model (API reference: "List models").
 pub(crate) async fn list_models(State(state): State<Arc<ServeState>>) -> Response {
-    let created = unix_now();
+    let created = models_created();
     let current = state.current();
     let data = current
         .pipelines
@@ -84,7 +91,7 @@ pub(crate) async fn retrieve_model(
     Ok(axum::Json(Model {
         id,
         object: "model",
-        created: unix_now(),
+        created: models_created(),
         owned_by: "hostpipe",
     })
     .into_response())
