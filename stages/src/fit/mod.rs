@@ -294,9 +294,16 @@ pub async fn fit(
         opts.history_weight,
     );
     // A message none of whose terms is in any text (a question in another language than
-    // the documents) ranks nothing: the texts are shrunk as for a message without terms,
-    // so the model gets their beginnings (or summaries) rather than nothing.
+    // the documents) ranks nothing lexically: without dense retrieval (which finds
+    // passages that share no word with the message) the texts are shrunk as for a
+    // message without terms, so the model gets their beginnings (or summaries) rather
+    // than nothing.
+    let dense = opts
+        .retrieval
+        .as_ref()
+        .is_some_and(|r| r.embedder.is_some());
     if !q.is_empty()
+        && !dense
         && !items
             .iter()
             .zip(&hashes)
