@@ -2,12 +2,17 @@
 //! this turn (message scope), like a structured attachment from the platform.
 //!
 //! - A mention is `@` + a configured server name + `:` + a URI up to the next
-//!   whitespace; closing punctuation (`.,;:!?` and an unbalanced `)`) after it is not
-//!   part of the URI.
+//!   whitespace (ASCII or ideographic) or CJK punctuation (`，。、；：！？「」（）…`);
+//!   closing ASCII punctuation (`.,;:!?` and an unbalanced `)`) after it is not part of
+//!   the URI. It starts a word: after a space, punctuation or a CJK character, never
+//!   inside an e-mail address (`a@kb:x` is not one).
 //! - Only servers bound for the turn may be mentioned. A mention of any other server
 //!   is left as plain text, with a trace note.
-//! - The mention is removed from the text the model sees (`keep_in_text = true` keeps
-//!   it); `resource_context_injection`, placed after this stage, reads the resource.
+//! - In the text the model sees, the mention is replaced by the resource's name: its
+//!   listed title or name, else the last segment of its URI (`what does
+//!   @notes:notes://faq.md say?` becomes `what does faq.md say?`), so the sentence
+//!   still reads; `keep_in_text = true` keeps the mention as written.
+//!   `resource_context_injection`, placed after this stage, reads the resource.
 
 use std::sync::Arc;
 
@@ -37,15 +42,31 @@ pub struct Mention {
     pub uri: String,
 }
 
+/// Whether `c` ends a mention's URI: whitespace (U+3000 too) or CJK punctuation (the
+/// CJK Symbols and Punctuation block, fullwidth punctuation, CJK quotes, dashes and the
+/// ellipsis), which never occur in a URI but always follow one in Chinese text.
+pub fn ends_uri(c: char) -> bool {
+    c.is_whitespace()
+        || matches!(c,
+            '\u{3000}'..='\u{303F}'
+            | '\u{FF01}'..='\u{FF0F}'
+            | '\u{FF1A}'..='\u{FF20}'
+            | '\u{FF3B}'..='\u{FF40}'
+            | '\u{FF5B}'..='\u{FF65}'
+            | '\u{2010}'..='\u{2027}'
+            | '\u{FE10}'..='\u{FE1F}'
+            | '\u{FE30}'..='\u{FE4F}')
+}
+
 /// The `@server:uri` mentions of `text`, for the server names in `servers`.
 pub fn find_mentions(text: &str, servers: &[String]) -> Vec<Mention> {
     let mut out = Vec::new();
     for (at, _) in text.match_indices('@') {
-        // A mention starts a word: not inside an e-mail address.
+        // A mention starts a word: not inside an e-mail address (`a@kb:x`).
         if text[..at]
             .chars()
             .next_back()
-            .is_some_and(|c| !c.is_whitespace() && c != '(')
+            .is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '%' | '+' | '-'))
         {
             continue;
         }
@@ -59,7 +80,7 @@ pub fn find_mentions(text: &str, servers: &[String]) -> Vec<Mention> {
         };
         let uri_start = at + 1 + server.len() + 1;
         let uri_end = text[uri_start..]
-            .find(char::is_whitespace)
+            .find(ends_uri)
             .map_or(text.len(), |i| uri_start + i);
         let mut uri = &text[uri_start..uri_end];
         loop {
@@ -89,6 +110,23 @@ pub fn find_mentions(text: &str, servers: &[String]) -> Vec<Mention> {
     out
 }
 
+/// What a removed mention of `uri` leaves in the text: `listed` (the resource's title
+/// or name, when the server lists it), else the last segment of the URI's path, else
+/// the URI.
+pub fn placeholder(uri: &str, listed: Option<&str>) -> String {
+    if let Some(name) = listed.map(str::trim).filter(|n| !n.is_empty()) {
+        return name.to_owned();
+    }
+    let path = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    let path = path.split(['?', '#']).next().unwrap_or(path);
+    path.trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(uri)
+        .to_owned()
+}
+
 /// See the module documentation.
 pub struct ResourceMentions {
     config: MentionsConfig,
@@ -115,6 +153,8 @@ impl Stage for ResourceMentions {
         }
         let mut text = String::with_capacity(turn.message.text.len());
         let mut last = 0;
+        let mut listings: std::collections::HashMap<String, Arc<[hostpipe_core::Resource]>> =
+            std::collections::HashMap::new();
         for m in mentions {
             if !turn.is_bound(&m.server) {
                 turn.trace.note(format!(
@@ -128,7 +168,18 @@ impl Stage for ResourceMentions {
             turn.trace
                 .note(format!("@{}:{} attached for this turn", m.server, m.uri));
             if !self.config.keep_in_text {
+                if !listings.contains_key(&m.server)
+                    && let Ok(listed) = self.mcp.list_resources(&m.server).await
+                {
+                    listings.insert(m.server.clone(), listed);
+                }
+                let listed = listings.get(&m.server).and_then(|l| {
+                    l.iter()
+                        .find(|r| r.uri == m.uri)
+                        .map(|r| r.title.as_deref().unwrap_or(&r.name))
+                });
                 text.push_str(&turn.message.text[last..m.range.start]);
+                text.push_str(&placeholder(&m.uri, listed));
                 last = m.range.end;
             }
         }
@@ -187,5 +238,42 @@ mod tests {
             ]
         );
         assert!(find_mentions("@unknown:x://y @demo:nouri", &servers()).is_empty());
+    }
+
+    #[test]
+    fn a_mention_ends_at_cjk_punctuation_and_may_follow_cjk_text() {
+        let uris = |text: &str| -> Vec<String> {
+            find_mentions(text, &servers())
+                .into_iter()
+                .map(|m| m.uri)
+                .collect()
+        };
+        assert_eq!(
+            uris("@demo:demo://config/app.json，配置里写了什么？"),
+            ["demo://config/app.json"]
+        );
+        assert_eq!(
+            uris("请看@kb:kb://手册/组件.md。还有「@demo:demo://docs/faq.md」呢"),
+            ["kb://手册/组件.md", "demo://docs/faq.md"]
+        );
+        // The ideographic space, and CJK text inside the URI stays.
+        assert_eq!(
+            uris("读@kb:kb://a/计算属性\u{3000}然后"),
+            ["kb://a/计算属性"]
+        );
+        // Still not inside an e-mail address.
+        assert!(uris("mail ann.lee@kb:foo://x").is_empty());
+    }
+
+    #[test]
+    fn a_removed_mention_leaves_the_resources_name() {
+        assert_eq!(placeholder("notes://faq.md", None), "faq.md");
+        assert_eq!(
+            placeholder("demo://config/app.json", Some("App config")),
+            "App config"
+        );
+        assert_eq!(placeholder("kb://docs/", None), "docs");
+        assert_eq!(placeholder("kb://a/b.md?v=2#top", None), "b.md");
+        assert_eq!(placeholder("urn:isbn:123", None), "urn:isbn:123");
     }
 }

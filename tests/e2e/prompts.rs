@@ -310,9 +310,10 @@ budget_tokens = 4000
         ),
     )
     .await;
+    // The mention leaves the resource's name, so the sentence still reads.
     assert_eq!(
         request.message.text,
-        "Summarize, and @everything:demo://resource/static/document/features.md too."
+        "Summarize Deployment notes, and @everything:demo://resource/static/document/features.md too."
     );
     let b = block(&request, "demo://docs/deployment.md");
     assert_eq!(b.source.scope, hostpipe_core::Scope::Message);
@@ -325,6 +326,27 @@ budget_tokens = 4000
     );
     assert!(trace.records().iter().any(|r| matches!(&r.event,
         hostpipe_core::TraceEvent::Note { message } if message.contains("server `everything`, which is not bound"))));
+
+    // Chinese: the mention ends at the full-width comma, the question stays, and the
+    // resource is read.
+    let (request, _) = prepare(
+        &p,
+        Turn::new("default", "@demo:demo://config/app.json，配置里写了什么？"),
+    )
+    .await;
+    assert_eq!(request.message.text, "Application config，配置里写了什么？");
+    assert!(
+        block(&request, "demo://config/app.json")
+            .text()
+            .is_some_and(|t| t.contains("\"service\""))
+    );
+
+    let (request, _) = prepare(
+        &p,
+        Turn::new("default", "what does @demo:demo://config/app.json say?"),
+    )
+    .await;
+    assert_eq!(request.message.text, "what does Application config say?");
 
     // Kept in the text when the config says so.
     let kept = toml.replace(
