@@ -81,10 +81,12 @@ async fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             // An MCP server that is down or answered with an error is a failure (1);
-            // everything else that stops a command early is bad usage or config (2).
-            if e.chain()
-                .any(|c| c.downcast_ref::<hostpipe_core::SourceError>().is_some())
-            {
+            // everything else that stops a command early is bad usage or config (2),
+            // a server name that is not configured included.
+            if e.chain().any(|c| {
+                c.downcast_ref::<hostpipe_core::SourceError>()
+                    .is_some_and(|s| !matches!(s, hostpipe_core::SourceError::UnknownServer { .. }))
+            }) {
                 ExitCode::FAILURE
             } else {
                 ExitCode::from(2)

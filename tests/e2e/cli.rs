@@ -433,3 +433,52 @@ servers = [{ name = "kb", required = true }]
         "{stderr}"
     );
 }
+
+/// The exit code and the message say what the user got wrong, not that a server failed
+/// (README, "Exit codes": 2 bad usage).
+#[test]
+fn wrong_targets_are_bad_usage_named_with_what_exists() {
+    let run = |args: &[&str]| {
+        let out = hostpipe_command()
+            .args(args)
+            .args(["--store", "memory"])
+            .env_remove("HOSTPIPE_LOG")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (code, _, err) = run(&["read", "demo", "demo://docs/{topic}"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err,
+        "error: `demo://docs/{topic}` is a URI template, not a resource: read one of its resources (`hostpipe complete demo 'demo://docs/{topic}' topic` lists values)\n"
+    );
+    let (code, _, err) = run(&["attach", "--pipeline", "default", "nosuch", "demo://x"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err,
+        "error: unknown MCP server `nosuch`; configured servers: demo\n"
+    );
+    let (code, out, err) = run(&["complete", "demo", "demo://nope/{x}", "x"]);
+    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+    assert_eq!(
+        err,
+        "error: `demo://nope/{x}` is not a resource template of `demo`; its templates: demo://docs/{topic}\n"
+    );
+    let (code, _, err) = run(&["complete", "demo", "prompt:summarize_doc", "nope"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("prompt `summarize_doc` has no argument `nope`; its arguments: topic"),
+        "{err}"
+    );
+    // A right target with no value for the prefix: nothing on stdout, a note, success.
+    let (code, out, err) = run(&["complete", "demo", "demo://docs/{topic}", "topic", "zz"]);
+    assert_eq!((code, out.as_str()), (Some(0), ""), "{err}");
+    assert_eq!(err, "(no value of `topic` starts with `zz`)\n");
+    let (code, out, _) = run(&["complete", "demo", "demo://docs/{topic}", "topic", "dep"]);
+    assert_eq!((code, out.as_str()), (Some(0), "deployment\n"));
+}

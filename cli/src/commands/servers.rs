@@ -214,6 +214,13 @@ pub(crate) async fn complete(app: &App, args: CompleteArgs) -> anyhow::Result<Ex
         .host
         .complete(&server, &reference, &argument, &prefix, &context)
         .await?;
+    if c.values.is_empty() {
+        // Servers answer an unknown template or prompt with no values: say which it was.
+        check_completion_target(app, &server, &reference, &argument).await?;
+        if !json {
+            eprintln!("(no value of `{argument}` starts with `{prefix}`)");
+        }
+    }
     if json {
         outln!("{}", serde_json::to_string_pretty(&c)?);
     } else {
@@ -230,6 +237,63 @@ pub(crate) async fn complete(app: &App, args: CompleteArgs) -> anyhow::Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
+/// An error naming what exists when `reference` is not one of `server`'s templates or
+/// prompts, or `argument` not one of its variables or arguments.
+async fn check_completion_target(
+    app: &App,
+    server: &str,
+    reference: &hostpipe_core::CompletionRef,
+    argument: &str,
+) -> anyhow::Result<()> {
+    use hostpipe_core::McpSource as _;
+    match reference {
+        hostpipe_core::CompletionRef::ResourceTemplate { uri_template } => {
+            let templates = app.host.list_resource_templates(server).await?;
+            let Some(t) = templates.iter().find(|t| &t.uri_template == uri_template) else {
+                let names: Vec<&str> = templates.iter().map(|t| t.uri_template.as_str()).collect();
+                anyhow::bail!(
+                    "`{uri_template}` is not a resource template of `{server}`; its templates: {}",
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                );
+            };
+            let variables =
+                hostpipe_stages::uri_template::variables(&t.uri_template).unwrap_or_default();
+            if !variables.iter().any(|v| v == argument) {
+                anyhow::bail!(
+                    "`{uri_template}` has no variable `{argument}`; its variables: {}",
+                    variables.join(", ")
+                );
+            }
+        }
+        hostpipe_core::CompletionRef::Prompt { name } => {
+            let prompts = app.host.list_prompts(server).await?;
+            let Some(p) = prompts.iter().find(|p| &p.name == name) else {
+                let names: Vec<&str> = prompts.iter().map(|p| p.name.as_str()).collect();
+                anyhow::bail!(
+                    "`{name}` is not a prompt of `{server}`; its prompts: {}",
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                );
+            };
+            if !p.arguments.iter().any(|a| a.name == argument) {
+                let names: Vec<&str> = p.arguments.iter().map(|a| a.name.as_str()).collect();
+                anyhow::bail!(
+                    "prompt `{name}` has no argument `{argument}`; its arguments: {}",
+                    names.join(", ")
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 // The arguments of `hostpipe read` (its help is the doc of `SessionCommand::Read`).
 #[derive(clap::Args)]
 pub(crate) struct ReadArgs {
@@ -244,6 +308,19 @@ pub(crate) struct ReadArgs {
 
 pub(crate) async fn read(app: &App, args: ReadArgs) -> anyhow::Result<ExitCode> {
     let ReadArgs { server, uri, json } = args;
+    if uri.contains('{') {
+        // The server would answer "no resource" (and the exit code would say it failed):
+        // it is the command that was wrong.
+        let variable = uri
+            .split_once('{')
+            .and_then(|(_, rest)| rest.split_once('}'))
+            .map_or("VARIABLE", |(v, _)| {
+                v.trim_start_matches(['+', '#', '/', '?', '&'])
+            });
+        anyhow::bail!(
+            "`{uri}` is a URI template, not a resource: read one of its resources (`hostpipe complete {server} '{uri}' {variable}` lists values)"
+        );
+    }
     let items = app
         .preview_read(&server, &uri, None, &app.config.model)
         .await?;

@@ -236,10 +236,10 @@ async fn check(state: &ServeState, mut req: Request, next: Next) -> Result<Respo
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "insufficient_scope",
+            // The caller knows the route it called: the message names the scopes only
+            // (a client that prefixes the route says it once).
             format!(
-                "{} {} needs {} token; this one is a {} token",
-                req.method(),
-                req.uri().path(),
+                "this route needs {} token; this one is a {} token",
                 match needed {
                     Scope::Admin => "an admin",
                     Scope::Turn => "a turn or admin",
