@@ -482,3 +482,50 @@ fn wrong_targets_are_bad_usage_named_with_what_exists() {
     let (code, out, _) = run(&["complete", "demo", "demo://docs/{topic}", "topic", "dep"]);
     assert_eq!((code, out.as_str()), (Some(0), "deployment\n"));
 }
+
+/// A server that writes a banner on stdout (glued to its first message) still connects
+/// at once, and the warning quotes the banner and says stdout is for MCP messages only.
+#[test]
+fn a_banner_on_stdout_is_named_and_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("banner.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp_servers.banner]\ncommand = {:?}\nargs = [{:?}]\n",
+            root().join("tests/.venv/bin/python").display().to_string(),
+            root()
+                .join("tests/servers/banner_server.py")
+                .display()
+                .to_string()
+        ),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = hostpipe_command()
+        .args([
+            "read",
+            "banner",
+            "banner://hello",
+            "--store",
+            "none",
+            "--config",
+        ])
+        .arg(&config)
+        .env_remove("HOSTPIPE_LOG")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("hello from behind the banner"), "{stdout}");
+    assert!(
+        stderr.contains("stdout is for MCP messages only")
+            && stderr.contains("Starting banner-server v1.2 ..."),
+        "{stderr}"
+    );
+    // Not after a connect timeout (10 s by default).
+    assert!(started.elapsed() < std::time::Duration::from_secs(8));
+}

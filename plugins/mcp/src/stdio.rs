@@ -8,6 +8,14 @@
 //! streams past, and rmcp is handed a JSON-RPC error response for that id instead
 //! (MCP spec 2025-11-25, "Base Protocol": responses carry the request's id). The
 //! request then fails at once with an error that names the limit.
+//!
+//! The stdio transport says stdout carries MCP messages only (MCP spec, "Transports",
+//! stdio). A server that writes a banner there anyway would lose hostpipe's first
+//! answer: a banner without a newline is glued to the next message, which no longer
+//! parses, and the connection waits out its timeout. [`LineLimited`] passes on only
+//! what can be a JSON-RPC message: text before a line's first `{` or `[` is cut off,
+//! a line with neither is dropped, and each time a warning quotes what the server
+//! wrote (at most 200 bytes) and says that stdout is for MCP messages only.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -232,15 +240,57 @@ impl<R> LineLimited<R> {
                     self.out.push(b'\n');
                 }
             }
-            None if self.out.is_empty() => {
-                self.out = std::mem::take(&mut self.line);
-                self.out.push(b'\n');
-                self.out_pos = 0;
-            }
             None => {
-                self.out.append(&mut self.line);
+                let mut line = std::mem::take(&mut self.line);
+                if !self.strip_non_json(&mut line) {
+                    return;
+                }
+                if self.out.is_empty() {
+                    self.out = line;
+                    self.out_pos = 0;
+                } else {
+                    self.out.append(&mut line);
+                }
                 self.out.push(b'\n');
             }
+        }
+    }
+}
+
+impl<R> LineLimited<R> {
+    /// Cuts what cannot be part of a JSON-RPC message off the front of `line` (a banner,
+    /// a log line), with a warning quoting it; `false` when nothing is left to pass on.
+    fn strip_non_json(&self, line: &mut Vec<u8>) -> bool {
+        let start = line
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(line.len());
+        if line.get(start).is_none_or(|b| matches!(b, b'{' | b'[')) {
+            return start < line.len() || line.is_empty();
+        }
+        let json = line.iter().position(|b| matches!(b, b'{' | b'['));
+        let junk = &line[..json.unwrap_or(line.len())];
+        let text = String::from_utf8_lossy(junk);
+        let mut quoted: &str = text.trim();
+        if quoted.len() > 200 {
+            let mut end = 200;
+            while !quoted.is_char_boundary(end) {
+                end -= 1;
+            }
+            quoted = &quoted[..end];
+        }
+        tracing::warn!(
+            server = %self.server,
+            wrote = quoted,
+            "the server wrote text that is not an MCP message on stdout; stdout is for MCP messages only (write logs to stderr): {}",
+            if json.is_some() { "it was cut off the message after it" } else { "it was dropped" }
+        );
+        match json {
+            Some(i) => {
+                line.drain(..i);
+                true
+            }
+            None => false,
         }
     }
 }
@@ -327,6 +377,33 @@ mod tests {
         assert_eq!(
             id_of(r#"{"id":-1.5e3,"result":{}}"#).as_deref(),
             Some("-1.5e3")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_banner_on_stdout_is_cut_off_and_the_messages_get_through() {
+        // A banner without a newline glued to the first message, a log line, a blank
+        // line and a message indented by a space.
+        let input = "Starting my-server v1.2 ... {\"id\":1,\"result\":{}}\nready!\n\n {\"id\":2,\"result\":{}}\n";
+        let mut r = LineLimited::new(input.as_bytes(), 1000, "t");
+        let mut out = String::new();
+        r.read_to_string(&mut out)
+            .await
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        let ids: Vec<i64> = out
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .unwrap_or_else(|e| unreachable!("{l}: {e}"))["id"]
+                    .as_i64()
+                    .unwrap_or(0)
+            })
+            .collect();
+        assert_eq!(ids, [1, 2], "{out}");
+        assert!(
+            !out.contains("Starting") && !out.contains("ready!"),
+            "{out}"
         );
     }
 
