@@ -116,8 +116,10 @@ impl Stage for BindMcpServers {
                     required: b.required(),
                 });
                 if b.required() {
+                    // Why it is unavailable (an OS error, a URL) is in the trace's
+                    // `server_unavailable` record, not in the user's reply.
                     return Ok(StageOutcome::Reply(format!(
-                        "Sorry, I can't answer right now: the MCP server `{}` that this pipeline requires is unavailable ({reason}).",
+                        "Sorry, I can't answer right now: the MCP server `{}` that this pipeline requires is unavailable.",
                         b.name()
                     )));
                 }

@@ -86,11 +86,14 @@ servers = [{ name = "ghost", required = true }]
     let outcome = p.run_turn(Turn::new("default", "hi")).await;
     assert_eq!(outcome.ended_by.as_deref(), Some("bind_mcp_servers"));
     assert!(outcome.request.is_none());
-    assert!(
-        outcome.reply.contains("`ghost`") && outcome.reply.contains("os error 2"),
-        "{}",
-        outcome.reply
+    // The user hears which server is down, never the OS error or the command's path:
+    // those are in the trace.
+    assert_eq!(
+        outcome.reply,
+        "Sorry, I can't answer right now: the MCP server `ghost` that this pipeline requires is unavailable."
     );
+    assert!(outcome.trace.records().iter().any(|r| matches!(&r.event,
+        hostpipe_core::TraceEvent::ServerUnavailable { reason, .. } if reason.contains("os error 2"))));
 }
 
 #[tokio::test]

@@ -267,6 +267,32 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
         assert!(records.iter().all(|r| r["pipeline"] == "assistant"));
     }
 
+    // Through /v1/turns the same failure is a reply for the user that says it failed,
+    // never how: the upstream's address and its error stay in the trace.
+    let res = reqwest::Client::new()
+        .post(svc.url("/v1/turns"))
+        .bearer_auth(TURN_TOKEN)
+        .json(&json!({"pipeline": "limited", "message": "hello"}))
+        .send()
+        .await
+        .unwrap();
+    let turn: Value = res.json().await.unwrap();
+    assert_eq!(turn["failed"], true, "{turn}");
+    let reply = turn["reply"].as_str().unwrap();
+    assert_eq!(
+        reply,
+        format!(
+            "Sorry, I could not answer this message: the model behind this assistant failed (turn {}).",
+            turn["turn_id"].as_str().unwrap()
+        )
+    );
+    assert!(
+        turn["trace"]
+            .to_string()
+            .contains("rate limited by the backend"),
+        "the trace keeps why: {turn}"
+    );
+
     // The caller's own tool: its call came back under the caller's name, the result
     // continued the turn, and the streamed call came whole before `tool_calls`.
     let t = &doc["caller_tools"];

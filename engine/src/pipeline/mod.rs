@@ -336,8 +336,14 @@ impl Pipeline {
                     }
                     _ => TurnStatus::RunnerFailed,
                 };
+                // The user is told that it failed, never how: the error names the
+                // upstream endpoint and quotes OS errors (the trace and the turn's
+                // `error` have it, under the turn id the reply gives).
                 (
-                    format!("Sorry, the runner `{name}` failed: {e}"),
+                    format!(
+                        "Sorry, I could not answer this message: the model behind this assistant failed (turn {}).",
+                        trace.turn_id()
+                    ),
                     None,
                     status,
                     Some(e.to_string()),

@@ -36,9 +36,11 @@ impl Pipeline {
                 }
                 Err(e) => {
                     turn.trace.warn(format!("stage `{}` failed: {e}", s.name));
+                    // The error stays in the trace: it may quote internals.
                     let text = format!(
-                        "Sorry, this message could not be handled: stage `{}` failed: {e}",
-                        s.name
+                        "Sorry, this message could not be handled: stage `{}` failed (turn {}).",
+                        s.name,
+                        turn.trace.turn_id()
                     );
                     (
                         StageOutcomeKind::Error,

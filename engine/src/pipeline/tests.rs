@@ -283,8 +283,13 @@ async fn a_panicking_stage_ends_the_turn_with_an_error_not_the_process() {
     assert_eq!(out.status, TurnStatus::StageFailed);
     assert_eq!(
         out.reply,
-        "Sorry, this message could not be handled: stage `bad` failed: it panicked: index out of range"
+        format!(
+            "Sorry, this message could not be handled: stage `bad` failed (turn {}).",
+            out.trace.turn_id()
+        )
     );
+    // What went wrong is in the trace, not in the user's reply.
+    assert!(out.trace.records().iter().any(|r| matches!(&r.event, TraceEvent::Warning { message } if message.contains("it panicked: index out of range"))));
 }
 
 #[tokio::test]
@@ -294,7 +299,10 @@ async fn a_stage_error_becomes_a_reply_and_a_trace_record() {
     assert_eq!(out.status, TurnStatus::StageFailed);
     assert_eq!(
         out.reply,
-        "Sorry, this message could not be handled: stage `fail` failed: boom"
+        format!(
+            "Sorry, this message could not be handled: stage `fail` failed (turn {}).",
+            out.trace.turn_id()
+        )
     );
     assert!(out.trace.records().iter().any(|r| matches!(&r.event, TraceEvent::Warning { message } if message == "stage `fail` failed: boom")));
 }
