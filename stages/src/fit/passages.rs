@@ -1,5 +1,5 @@
 //! Passages instead of a fitted context ([`hostpipe_core::PassageRequest`]): the same
-//! ranking as a turn's fitting ([`super::walk`]: BM25 over every passage of every text,
+//! ranking as a turn's fitting (`fit/walk.rs`: BM25 over every passage of every text,
 //! boosted by scope and priority, then dense retrieval and reranking when configured),
 //! cut at `top_k` and `score_threshold` instead of at a token budget.
 //!
