@@ -151,13 +151,31 @@ impl PreviewReport {
             .max()
             .unwrap_or(0)
             .clamp(8, 48);
+        // Two servers can share a URI scheme: each read names its server.
+        let server_width = self
+            .reads
+            .iter()
+            .map(|r| r.server.width())
+            .max()
+            .unwrap_or(0)
+            .clamp(6, 20);
         let _ = writeln!(
             out,
-            "{:<width$}  {:<22}  {:>9}  {:<22}  {:>7}  {:>7}  {:>5}",
-            "resource", "mime", "bytes", "treatment", "before", "after", "ms"
+            "{}  {}  {:<22}  {:>9}  {:<22}  {:>7}  {:>7}  {:>5}",
+            pad("server", server_width),
+            pad("resource", width),
+            "mime",
+            "bytes",
+            "treatment",
+            "before",
+            "after",
+            "ms"
         );
+        // The notes under a read start below its resource column.
+        let indent = server_width + 2 + width;
         for r in &self.reads {
             // Padded by display width: a CJK character takes two columns.
+            let server = pad(&r.server, server_width);
             let uri = pad(&r.uri, width);
             let mime: String = r
                 .mime_type
@@ -178,11 +196,11 @@ impl PreviewReport {
             };
             let _ = writeln!(
                 out,
-                "{uri}  {mime:<22}  {:>9}  {treatment:<22}  {before:>7}  {:>7}  {:>5}",
+                "{server}  {uri}  {mime:<22}  {:>9}  {treatment:<22}  {before:>7}  {:>7}  {:>5}",
                 r.bytes, r.tokens_after, r.elapsed_ms
             );
             if let Some(e) = &r.error {
-                let _ = writeln!(out, "{:<width$}    ↳ {e}", "");
+                let _ = writeln!(out, "{:<indent$}    ↳ {e}", "");
             }
             if !r.passages.is_empty() {
                 let kept: Vec<String> = r
@@ -198,10 +216,10 @@ impl PreviewReport {
                         )
                     })
                     .collect();
-                let _ = writeln!(out, "{:<width$}    ↳ kept {}", "", kept.join(", "));
+                let _ = writeln!(out, "{:<indent$}    ↳ kept {}", "", kept.join(", "));
             }
             if let (Some(why), None) = (&r.reason, &r.error) {
-                let _ = writeln!(out, "{:<width$}    ↳ {why}", "");
+                let _ = writeln!(out, "{:<indent$}    ↳ {why}", "");
             }
         }
         let budget = self
@@ -308,4 +326,76 @@ hostpipe_core::submit_runner! {
     name: PreviewRunner::NAME,
     description: "Shows the request as the model would receive it, with a budget report.",
     build: build,
+}
+
+#[cfg(test)]
+mod tests {
+    use hostpipe_core::{ReadOrigin, ReadOutcome, ReadRecord, Scope, Treatment};
+    use unicode_width::UnicodeWidthStr as _;
+
+    use super::*;
+
+    fn read(server: &str, uri: &str) -> ReadRecord {
+        ReadRecord {
+            server: server.into(),
+            uri: uri.into(),
+            mime_type: Some("text/markdown".into()),
+            scope: Scope::Pipeline,
+            bytes: 100,
+            tokens_before: 20,
+            tokens_estimated: false,
+            tokens_after: 20,
+            treatment: Treatment::Whole,
+            elapsed_ms: 1,
+            cache_hit: false,
+            outcome: ReadOutcome::Read,
+            error: None,
+            origin: ReadOrigin::Host,
+            consent: None,
+            passages: Vec::new(),
+            reason: None,
+        }
+    }
+
+    /// Two servers sharing a URI scheme are told apart, and a CJK URI keeps the columns
+    /// aligned (it is padded by display width).
+    #[test]
+    fn the_read_table_names_each_server_and_keeps_its_columns_with_cjk() {
+        let report = PreviewReport {
+            model: "m".into(),
+            system_prompt: None,
+            context: Vec::new(),
+            tools: Vec::new(),
+            message: "q".into(),
+            budget: PreviewBudget {
+                budget_tokens: Some(100),
+                used_tokens: 40,
+            },
+            reads: vec![
+                read("kb", "file:///a.md"),
+                read("kb-eu", "file:///手册/组件.md"),
+            ],
+            fenced_context: String::new(),
+        };
+        let text = report.render_text();
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| *l != "== resource reads")
+            .skip(1)
+            .take(3)
+            .collect();
+        assert!(table[0].starts_with("server  resource"), "{text}");
+        assert!(table[1].starts_with("kb      file:///a.md"), "{text}");
+        assert!(
+            table[2].starts_with("kb-eu   file:///手册/组件.md"),
+            "{text}"
+        );
+        // "text/markdown" starts at the same display column on both rows.
+        let column = |row: &str| row[..row.find("text/markdown").unwrap_or(0)].width();
+        assert_eq!(column(table[1]), column(table[2]), "{text}");
+        assert_eq!(
+            column(table[0].replace("mime", "text/markdown").as_str()),
+            column(table[1])
+        );
+    }
 }
