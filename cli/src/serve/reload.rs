@@ -58,6 +58,28 @@ pub(crate) struct Current {
 }
 
 impl Current {
+    /// The configuration in effect with the pipelines and preview runners built from it
+    /// (by pipeline id) and the names of the servers added over the API.
+    fn new(
+        config: LoadedConfig,
+        pipelines: BTreeMap<String, Pipeline>,
+        preview: BTreeMap<String, Box<dyn Runner>>,
+        added: BTreeSet<String>,
+    ) -> Self {
+        Self {
+            config,
+            pipelines: pipelines
+                .into_iter()
+                .map(|(id, p)| (id, Arc::new(p)))
+                .collect(),
+            preview: preview
+                .into_iter()
+                .map(|(id, r)| (id, Arc::from(r)))
+                .collect(),
+            added,
+        }
+    }
+
     /// The pipelines that bind `server`, sorted.
     pub(crate) fn bound_by(&self, server: &str) -> Vec<String> {
         self.pipelines
@@ -184,18 +206,7 @@ pub(crate) async fn start(app: &App, options: &ServeOptions) -> anyhow::Result<C
     let preview =
         app.config
             .build_runners(&registry, app.host.clone(), &RunnerChoice::named("preview"))?;
-    Ok(Current {
-        config: app.config.clone(),
-        pipelines: pipelines
-            .into_iter()
-            .map(|(id, p)| (id, Arc::new(p)))
-            .collect(),
-        preview: preview
-            .into_iter()
-            .map(|(id, r)| (id, Arc::from(r)))
-            .collect(),
-        added,
-    })
+    Ok(Current::new(app.config.clone(), pipelines, preview, added))
 }
 
 /// A 400 `invalid_config` naming the file and key.
@@ -301,18 +312,7 @@ pub(crate) async fn reload(state: &ServeState) -> Result<Reloaded, ApiError> {
         pipelines: pipelines.keys().cloned().collect(),
         warnings,
     };
-    let next = Current {
-        config,
-        pipelines: pipelines
-            .into_iter()
-            .map(|(id, p)| (id, Arc::new(p)))
-            .collect(),
-        preview: preview
-            .into_iter()
-            .map(|(id, r)| (id, Arc::from(r)))
-            .collect(),
-        added,
-    };
+    let next = Current::new(config, pipelines, preview, added);
     *state
         .current
         .write()
