@@ -26,6 +26,7 @@ pub mod elicit;
 pub mod error;
 pub mod extensions;
 pub mod fence;
+pub mod messages;
 pub mod model;
 pub mod registry;
 pub mod retrieval;
@@ -51,6 +52,7 @@ pub use elicit::{
 pub use error::{ConfigError, RunError, SourceError, StageError};
 pub use extensions::Extensions;
 pub use fence::Fence;
+pub use messages::{Locale, MessageError, MessageKey, Messages};
 pub use model::{ModelProfile, ModelProfileError};
 pub use registry::{
     BuildContext, Registry, RegistryError, RunnerDescriptor, StageDescriptor, StagePhase,

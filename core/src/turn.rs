@@ -196,6 +196,10 @@ pub struct Turn {
     /// The fence around resource text in what the model sees, with a nonce fresh for
     /// this turn ([`crate::fence`]).
     pub fence: crate::fence::Fence,
+    /// What hostpipe says to the end user, in the pipeline's language
+    /// ([`crate::messages`]). Set by `hostpipe_engine::Pipeline::prepare`; English
+    /// otherwise.
+    pub messages: Arc<crate::messages::Messages>,
 }
 
 impl Turn {

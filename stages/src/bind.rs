@@ -118,9 +118,9 @@ impl Stage for BindMcpServers {
                 if b.required() {
                     // Why it is unavailable (an OS error, a URL) is in the trace's
                     // `server_unavailable` record, not in the user's reply.
-                    return Ok(StageOutcome::Reply(format!(
-                        "Sorry, I can't answer right now: the MCP server `{}` that this pipeline requires is unavailable.",
-                        b.name()
+                    return Ok(StageOutcome::Reply(turn.messages.render(
+                        hostpipe_core::MessageKey::ServerUnavailable,
+                        &[("server", b.name())],
                     )));
                 }
             }

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use hostpipe_core::{
     Attachment, AttachmentTarget, BuildContext, CompletionRef, ConfigError, HistoryMessage,
-    McpSource, Prompt, ResourceContents, Role, Scope, Stage, StageError, StageOutcome, StagePhase,
-    ToolContent, Turn,
+    McpSource, MessageKey, Messages, Prompt, ResourceContents, Role, Scope, Stage, StageError,
+    StageOutcome, StagePhase, ToolContent, Turn,
 };
 use serde::Deserialize;
 
@@ -69,6 +69,18 @@ pub enum CommandError {
     /// `=value` without a name.
     #[error("`{0}` has no argument name before `=`")]
     NoName(String),
+}
+
+impl CommandError {
+    /// What the end user is told, in `messages`' language.
+    fn reply(&self, messages: &Messages) -> String {
+        match self {
+            Self::UnclosedQuote => messages.render(MessageKey::PromptCommandUnclosedQuote, &[]),
+            Self::NoName(word) => {
+                messages.render(MessageKey::PromptCommandNoName, &[("word", word)])
+            }
+        }
+    }
 }
 
 /// Parses `text` as `PREFIX server:prompt args…`. `Ok(None)` when it is not a command
@@ -141,26 +153,20 @@ impl PromptExpansion {
         prompt: &Prompt,
         given: &BTreeMap<String, String>,
         missing: &[&hostpipe_core::PromptArgument],
+        messages: &Messages,
     ) -> String {
-        let mut out = format!(
-            "`{}{}:{}` needs {}:",
-            self.config.prefix,
-            cmd.server,
-            cmd.prompt,
-            if missing.len() == 1 {
-                "an argument"
-            } else {
-                "arguments"
-            }
-        );
+        let mut lines = String::new();
         let completes = self
             .mcp
             .server(&cmd.server)
             .is_some_and(|s| s.capabilities.completions);
         for arg in missing {
-            out.push_str(&format!("\n- {}", arg.name));
+            if !lines.is_empty() {
+                lines.push('\n');
+            }
+            lines.push_str(&format!("- {}", arg.name));
             if let Some(d) = &arg.description {
-                out.push_str(&format!(": {d}"));
+                lines.push_str(&format!(": {d}"));
             }
             if completes {
                 let reference = CompletionRef::Prompt {
@@ -179,11 +185,15 @@ impl PromptExpansion {
                         .map(String::as_str)
                         .collect();
                     let more = c.has_more || c.values.len() > shown.len();
-                    out.push_str(&format!(
-                        " (for example: {}{})",
-                        shown.join(", "),
-                        if more { ", …" } else { "" }
-                    ));
+                    let mut values = messages.list(&shown);
+                    if more {
+                        values.push_str(&messages.render(MessageKey::ListSeparator, &[]));
+                        values.push('…');
+                    }
+                    lines.push_str(
+                        &messages
+                            .render(MessageKey::PromptArgumentExamples, &[("values", &values)]),
+                    );
                 }
             }
         }
@@ -193,14 +203,21 @@ impl PromptExpansion {
             .filter(|a| a.required)
             .map(|a| format!("{}=\"…\"", a.name))
             .collect();
-        out.push_str(&format!(
-            "\nWrite: {}{}:{} {}",
-            self.config.prefix,
-            cmd.server,
-            cmd.prompt,
-            example.join(" ")
-        ));
-        out
+        let command = format!("{}{}:{}", self.config.prefix, cmd.server, cmd.prompt);
+        let usage = format!("{command} {}", example.join(" "));
+        let key = if missing.len() == 1 {
+            MessageKey::PromptArgumentMissing
+        } else {
+            MessageKey::PromptArgumentsMissing
+        };
+        messages.render(
+            key,
+            &[
+                ("command", &command),
+                ("arguments", &lines),
+                ("usage", &usage),
+            ],
+        )
     }
 }
 
@@ -209,19 +226,19 @@ impl PromptExpansion {
 fn bind_arguments(
     cmd: &PromptCommand,
     prompt: &Prompt,
+    messages: &Messages,
 ) -> Result<BTreeMap<String, String>, String> {
     let declared: Vec<&str> = prompt.arguments.iter().map(|a| a.name.as_str()).collect();
     let mut given = BTreeMap::new();
     for (k, v) in &cmd.named {
         if !declared.contains(&k.as_str()) {
-            return Err(format!(
-                "prompt `{}` has no argument `{k}`; its arguments: {}",
-                prompt.name,
-                if declared.is_empty() {
-                    "none".to_owned()
-                } else {
-                    declared.join(", ")
-                }
+            return Err(messages.render(
+                MessageKey::PromptArgumentUnknown,
+                &[
+                    ("prompt", &prompt.name),
+                    ("argument", k),
+                    ("arguments", &messages.list(&declared)),
+                ],
             ));
         }
         given.insert(k.clone(), v.clone());
@@ -234,10 +251,13 @@ fn bind_arguments(
     let mut free = free.into_iter();
     for v in &cmd.positional {
         let Some(name) = free.next() else {
-            return Err(format!(
-                "prompt `{}` takes {} argument(s); `{v}` is one too many",
-                prompt.name,
-                declared.len()
+            return Err(messages.render(
+                MessageKey::PromptArgumentExtra,
+                &[
+                    ("prompt", &prompt.name),
+                    ("count", &declared.len().to_string()),
+                    ("value", v),
+                ],
             ));
         };
         given.insert(name.to_owned(), v.clone());
@@ -251,11 +271,7 @@ impl Stage for PromptExpansion {
         let cmd = match parse_command(&turn.message.text, &self.config.prefix) {
             Ok(Some(cmd)) => cmd,
             Ok(None) => return Ok(StageOutcome::Continue),
-            Err(e) => {
-                return Ok(StageOutcome::Reply(format!(
-                    "That looks like a prompt command, but {e}."
-                )));
-            }
+            Err(e) => return Ok(StageOutcome::Reply(e.reply(&turn.messages))),
         };
         if !turn.is_bound(&cmd.server) {
             turn.trace.warn(format!(
@@ -268,28 +284,26 @@ impl Stage for PromptExpansion {
             Ok(p) => p,
             Err(e) => {
                 turn.trace.warn(format!("prompts of `{}`: {e}", cmd.server));
-                return Ok(StageOutcome::Reply(format!(
-                    "The prompts of `{}` are not available right now.",
-                    cmd.server
+                return Ok(StageOutcome::Reply(turn.messages.render(
+                    MessageKey::PromptsUnavailable,
+                    &[("server", &cmd.server)],
                 )));
             }
         };
         let Some(prompt) = prompts.iter().find(|p| p.name == cmd.prompt) else {
             let names: Vec<&str> = prompts.iter().map(|p| p.name.as_str()).collect();
-            return Ok(StageOutcome::Reply(format!(
-                "`{}` has no prompt `{}`. Its prompts: {}.",
-                cmd.server,
-                cmd.prompt,
-                if names.is_empty() {
-                    "none".to_owned()
-                } else {
-                    names.join(", ")
-                }
+            return Ok(StageOutcome::Reply(turn.messages.render(
+                MessageKey::PromptNotFound,
+                &[
+                    ("server", &cmd.server),
+                    ("prompt", &cmd.prompt),
+                    ("prompts", &turn.messages.list(&names)),
+                ],
             )));
         };
-        let given = match bind_arguments(&cmd, prompt) {
+        let given = match bind_arguments(&cmd, prompt, &turn.messages) {
             Ok(g) => g,
-            Err(why) => return Ok(StageOutcome::Reply(format!("{why}."))),
+            Err(reply) => return Ok(StageOutcome::Reply(reply)),
         };
         let missing: Vec<_> = prompt
             .arguments
@@ -297,7 +311,9 @@ impl Stage for PromptExpansion {
             .filter(|a| a.required && !given.contains_key(&a.name))
             .collect();
         if !missing.is_empty() {
-            let reply = self.missing_reply(&cmd, prompt, &given, &missing).await;
+            let reply = self
+                .missing_reply(&cmd, prompt, &given, &missing, &turn.messages)
+                .await;
             return Ok(StageOutcome::Reply(reply));
         }
         let result = match self.mcp.get_prompt(&cmd.server, &cmd.prompt, &given).await {
@@ -307,9 +323,10 @@ impl Stage for PromptExpansion {
                     "prompts/get `{}` on `{}`: {e}",
                     cmd.prompt, cmd.server
                 ));
-                return Ok(StageOutcome::Reply(format!(
-                    "The prompt `{}` of `{}` could not be expanded: {e}",
-                    cmd.prompt, cmd.server
+                // The server's error stays in the trace: it may quote internals.
+                return Ok(StageOutcome::Reply(turn.messages.render(
+                    MessageKey::PromptExpansionFailed,
+                    &[("server", &cmd.server), ("prompt", &cmd.prompt)],
                 )));
             }
         };
@@ -448,15 +465,22 @@ mod tests {
                 .collect(),
         };
         let c = cmd("/s:p b=2 one three").unwrap_or_else(|| unreachable!());
-        let got = bind_arguments(&c, &prompt).unwrap_or_else(|e| unreachable!("{e}"));
+        let en = Messages::default();
+        let got = bind_arguments(&c, &prompt, &en).unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(got["a"], "one");
         assert_eq!(got["b"], "2");
         assert_eq!(got["c"], "three");
         let c = cmd("/s:p x=1").unwrap_or_else(|| unreachable!());
-        let err = bind_arguments(&c, &prompt).err().unwrap_or_default();
-        assert!(
-            err.contains("no argument `x`; its arguments: a, b, c"),
-            "{err}"
+        let err = bind_arguments(&c, &prompt, &en).err().unwrap_or_default();
+        assert_eq!(
+            err,
+            "Prompt `p` has no argument `x`; its arguments: a, b, c."
         );
+        let zh = Messages::new(hostpipe_core::Locale::ZhHans);
+        let err = bind_arguments(&c, &prompt, &zh).err().unwrap_or_default();
+        assert_eq!(err, "提示词 `p` 没有参数 `x`；它的参数：a、b、c。");
+        let c = cmd("/s:p 1 2 3 4").unwrap_or_else(|| unreachable!());
+        let err = bind_arguments(&c, &prompt, &en).err().unwrap_or_default();
+        assert_eq!(err, "Prompt `p` takes 3 argument(s); `4` is one too many.");
     }
 }

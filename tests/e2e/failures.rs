@@ -94,6 +94,21 @@ servers = [{ name = "ghost", required = true }]
     );
     assert!(outcome.trace.records().iter().any(|r| matches!(&r.event,
         hostpipe_core::TraceEvent::ServerUnavailable { reason, .. } if reason.contains("os error 2"))));
+    // In the pipeline's language.
+    let p = pipeline(
+        &host,
+        r#"
+[pipelines.default]
+locale = "zh-Hans"
+[pipelines.default.bind_mcp_servers]
+servers = [{ name = "ghost", required = true }]
+"#,
+    );
+    let outcome = p.run_turn(Turn::new("default", "你好")).await;
+    assert_eq!(
+        outcome.reply,
+        "抱歉，现在无法回答：本助手所需的 MCP 服务器 `ghost` 暂时不可用。"
+    );
 }
 
 #[tokio::test]

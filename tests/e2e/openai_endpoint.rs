@@ -52,6 +52,31 @@ model = "gpt-upstream"
 api_key_env = "HOSTPIPE_TEST_UPSTREAM_KEY"
 max_retries = 0
 
+[pipelines.limited-zh]
+stages = []
+runner = "local"
+locale = "zh-CN"
+
+[pipelines.limited-zh.local]
+base_url = "{limited}/v1"
+model = "gpt-upstream"
+api_key_env = "HOSTPIPE_TEST_UPSTREAM_KEY"
+max_retries = 0
+
+[pipelines.limited-own]
+stages = []
+runner = "local"
+locale = "zh-Hans"
+
+[pipelines.limited-own.messages]
+runner_failed = "服务繁忙，请稍后再试。（编号：{{turn}}）"
+
+[pipelines.limited-own.local]
+base_url = "{limited}/v1"
+model = "gpt-upstream"
+api_key_env = "HOSTPIPE_TEST_UPSTREAM_KEY"
+max_retries = 0
+
 [pipelines.tooled]
 stages = ["bind_mcp_servers", "resource_context_injection", "tool_assembly"]
 runner = "local"
@@ -165,7 +190,16 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
     assert!(out.status.success(), "{stderr}");
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
 
-    assert_eq!(doc["models"], json!(["assistant", "limited", "tooled"]));
+    assert_eq!(
+        doc["models"],
+        json!([
+            "assistant",
+            "limited",
+            "limited-own",
+            "limited-zh",
+            "tooled"
+        ])
+    );
     assert_eq!(doc["created_stable"], true);
     // "Retrieve model", which some platforms call to check a model name.
     assert_eq!(
@@ -292,6 +326,30 @@ async fn the_openai_sdk_runs_a_pipeline_as_a_model() {
             .contains("rate limited by the backend"),
         "the trace keeps why: {turn}"
     );
+    // A pipeline whose users write Chinese says it in Chinese (`locale`), or in the
+    // operator's own words (`[messages]`).
+    for (pipeline, expected) in [
+        (
+            "limited-zh",
+            "抱歉，无法回答这条消息：本助手背后的模型出错了（请求编号 {turn}）。",
+        ),
+        ("limited-own", "服务繁忙，请稍后再试。（编号：{turn}）"),
+    ] {
+        let res = reqwest::Client::new()
+            .post(svc.url("/v1/turns"))
+            .bearer_auth(TURN_TOKEN)
+            .json(&json!({"pipeline": pipeline, "message": "你好"}))
+            .send()
+            .await
+            .unwrap();
+        let turn: Value = res.json().await.unwrap();
+        assert_eq!(turn["failed"], true, "{turn}");
+        assert_eq!(
+            turn["reply"],
+            expected.replace("{turn}", turn["turn_id"].as_str().unwrap()),
+            "{pipeline}"
+        );
+    }
 
     // The caller's own tool: its call came back under the caller's name, the result
     // continued the turn, and the streamed call came whole before `tool_calls`.

@@ -67,6 +67,27 @@ async fn a_quoted_two_word_argument_stays_whole_and_missing_ones_are_listed() {
     // Not a bound server: plain text, untouched.
     let (request, _) = prepare(&p, Turn::new("default", "/other:thing x=1")).await;
     assert_eq!(request.message.text, "/other:thing x=1");
+
+    // A pipeline whose users write Chinese gets the same replies in Chinese; what the
+    // server wrote (the argument's description) stays as the server wrote it.
+    let p = pipeline(
+        &host,
+        &EVERYTHING.replace(
+            "[pipelines.default]",
+            "[pipelines.default]\nlocale = \"zh\"",
+        ),
+    );
+    assert_eq!(
+        reply_of(&p, "/everything:args-prompt state=NY").await,
+        "`/everything:args-prompt` 还缺一个参数：\n- city: Name of the city\n请这样写：/everything:args-prompt city=\"…\""
+    );
+    let reply = reply_of(&p, "/everything:no-such-prompt").await;
+    assert!(
+        reply.starts_with("`everything` 没有名为 `no-such-prompt` 的提示词。可用的提示词：")
+            && reply.contains("、args-prompt、")
+            && reply.ends_with('。'),
+        "{reply}"
+    );
     host.shutdown().await;
 }
 

@@ -167,7 +167,8 @@ impl LoadedConfig {
             Arc::clone(&shared.model),
             spec.system_prompt.clone(),
         )
-        .with_turn_timeout(spec.turn_timeout);
+        .with_turn_timeout(spec.turn_timeout)
+        .with_messages(Arc::clone(&spec.messages));
         if let Some(c) = consent {
             pipeline = pipeline.with_consent(c);
         }

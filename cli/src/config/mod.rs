@@ -33,6 +33,7 @@
 //! runner = "preview"
 //! system_prompt = "…"
 //! turn_timeout_ms = 60000      # stages stop waiting on servers after this
+//! locale = "zh-Hans"           # what end users are told (default en); [pipelines.default.messages] overrides
 //! [pipelines.default.bind_mcp_servers]          # one section per stage, by name
 //! servers = [{ name = "kb", required = true }]
 //! [pipelines.default.resource_context_injection]

@@ -1,9 +1,10 @@
 //! `[pipelines.ID]`, typed: [`PipelineSpec`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use hostpipe_core::ConfigError;
+use hostpipe_core::{ConfigError, Locale, Messages};
 use hostpipe_engine::Pipeline;
 use hostpipe_stages::{AttachmentConfig, BindConfig, InjectConfig};
 
@@ -35,6 +36,9 @@ pub struct PipelineSpec {
     pub consent: Option<serde_json::Value>,
     /// `[pipelines.ID.elicitation]`: whether its MCP servers may ask the turn's user.
     pub elicitation: ElicitationSpec,
+    /// What its turns say to the end user: `locale` (a BCP 47 tag, default `en`) and the
+    /// overrides of `[pipelines.ID.messages]` ([`hostpipe_core::messages`]).
+    pub messages: Arc<Messages>,
     /// The stages' and runners' sections by name, as JSON.
     sections: BTreeMap<String, serde_json::Value>,
 }
@@ -104,6 +108,7 @@ impl Default for PipelineSpec {
             turn_timeout: Some(Pipeline::DEFAULT_TURN_TIMEOUT),
             consent: None,
             elicitation: ElicitationSpec::default(),
+            messages: Arc::default(),
             sections: BTreeMap::new(),
         }
     }
@@ -165,6 +170,10 @@ impl TryFrom<toml::Table> for PipelineSpec {
             None => ElicitationSpec::default(),
             Some(v) => ElicitationSpec::from_toml(v).map_err(|e| e.under("elicitation"))?,
         };
+        let messages = Arc::new(messages_of(
+            table.remove("locale"),
+            table.remove("messages"),
+        )?);
         let mut sections = BTreeMap::new();
         for (key, value) in table {
             let value = json(&key, value)?;
@@ -177,9 +186,53 @@ impl TryFrom<toml::Table> for PipelineSpec {
             turn_timeout,
             consent,
             elicitation,
+            messages,
             sections,
         })
     }
+}
+
+/// `locale` and `[pipelines.ID.messages]`: the catalog of the locale with the overrides
+/// on top. Errors name the key (`locale`, `messages.runner_failed`).
+fn messages_of(
+    locale: Option<toml::Value>,
+    overrides: Option<toml::Value>,
+) -> Result<Messages, ConfigError> {
+    let locale = match locale {
+        None => Locale::default(),
+        Some(toml::Value::String(tag)) => Locale::parse(&tag).ok_or_else(|| {
+            ConfigError::new(
+                "locale",
+                format!(
+                    "`{tag}` has no built-in messages; the locales: {} (write the texts of another language in [messages])",
+                    Locale::ALL.map(Locale::tag).join(", ")
+                ),
+            )
+        })?,
+        Some(_) => return Err(ConfigError::new("locale", "expected a language tag such as \"zh-Hans\"")),
+    };
+    let mut messages = Messages::new(locale);
+    match overrides {
+        None => {}
+        Some(toml::Value::Table(table)) => {
+            for (name, text) in table {
+                let at = format!("messages.{name}");
+                let toml::Value::String(text) = text else {
+                    return Err(ConfigError::new(at, "expected a string"));
+                };
+                messages = messages
+                    .with_override(&name, &text)
+                    .map_err(|e| ConfigError::new(at, e.to_string()))?;
+            }
+        }
+        Some(_) => {
+            return Err(ConfigError::new(
+                "messages",
+                "expected a table of texts by name, e.g. [pipelines.default.messages] runner_failed = \"…\"",
+            ));
+        }
+    }
+    Ok(messages)
 }
 
 impl PipelineSpec {
@@ -305,7 +358,7 @@ impl PipelineSpec {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -322,6 +375,58 @@ mod tests {
         assert_eq!(s.turn_timeout, Some(Pipeline::DEFAULT_TURN_TIMEOUT));
         assert_eq!(s.bound_servers(), Some(Vec::new()));
         assert!(s.attachments().is_empty());
+    }
+
+    #[test]
+    fn locale_and_messages_choose_and_override_the_end_users_texts() {
+        let s = spec(
+            r#"
+locale = "zh-CN"
+[messages]
+runner_failed = "模型暂时不可用，请稍后再试（{turn}）"
+"#,
+        )
+        .unwrap();
+        assert_eq!(s.messages.locale(), Locale::ZhHans);
+        assert_eq!(
+            s.messages
+                .render(hostpipe_core::MessageKey::RunnerFailed, &[("turn", "t1")]),
+            "模型暂时不可用，请稍后再试（t1）"
+        );
+        assert!(s.sections.is_empty(), "locale and messages are no sections");
+
+        let e = spec(r#"locale = "zh-TW""#).unwrap_err();
+        assert_eq!(e.key, "locale");
+        assert!(
+            e.to_string()
+                .contains("`zh-TW` has no built-in messages; the locales: en, zh-Hans"),
+            "{e}"
+        );
+        let e = spec("[messages]\nstage_failed = \"{stage} {server}\"").unwrap_err();
+        assert_eq!(e.key, "messages.stage_failed");
+        assert!(e.to_string().contains("`{server}` is not a placeholder of `stage_failed`; its placeholders: {stage}, {turn}"), "{e}");
+        let e = spec("[messages]\nrunner_failled = \"x\"").unwrap_err();
+        assert_eq!(e.key, "messages.runner_failled");
+        let e = spec("messages = \"x\"").unwrap_err();
+        assert_eq!(e.key, "messages");
+    }
+
+    #[test]
+    fn the_configuration_guide_lists_every_message_with_its_placeholders() {
+        let guide = include_str!("../../../docs/configuration.md");
+        for &key in hostpipe_core::MessageKey::ALL {
+            let row = guide
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{}` |", key.name())))
+                .unwrap_or_else(|| panic!("docs/configuration.md has no row for `{key}`"));
+            let cell = row.trim_end_matches('|').rsplit('|').next().unwrap_or("");
+            let listed: Vec<&str> = cell
+                .split(',')
+                .map(|p| p.trim().trim_matches('`').trim_matches(['{', '}']))
+                .filter(|p| !p.is_empty())
+                .collect();
+            assert_eq!(listed, key.placeholders(), "{row}");
+        }
     }
 
     #[test]

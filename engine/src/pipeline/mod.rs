@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hostpipe_core::messages::{MessageKey, Messages};
 use hostpipe_core::model::ModelProfile;
 use hostpipe_core::run::{EventSink, Runner, collect_reply_tapped};
 use hostpipe_core::stage::Stage;
@@ -58,6 +59,7 @@ pub struct Pipeline {
     turn_timeout: Option<Duration>,
     store: Option<Arc<dyn AttachmentStore>>,
     consent: Option<Arc<crate::consent::Consent>>,
+    messages: Arc<Messages>,
     elicitation: Option<(
         Arc<dyn hostpipe_core::Elicitor>,
         hostpipe_core::ElicitationSettings,
@@ -93,6 +95,7 @@ impl Pipeline {
             turn_timeout: Some(Self::DEFAULT_TURN_TIMEOUT),
             store: None,
             consent: None,
+            messages: Arc::default(),
             elicitation: None,
         }
     }
@@ -179,6 +182,19 @@ impl Pipeline {
         self
     }
 
+    /// Sets what the pipeline's turns say to the end user: the catalog of its locale with
+    /// the configuration's overrides ([`hostpipe_core::messages`]). English by default.
+    #[must_use]
+    pub fn with_messages(mut self, messages: Arc<Messages>) -> Self {
+        self.messages = messages;
+        self
+    }
+
+    /// What the pipeline's turns say to the end user ([`Pipeline::with_messages`]).
+    pub fn messages(&self) -> &Arc<Messages> {
+        &self.messages
+    }
+
     /// The pipeline id.
     pub fn id(&self) -> &str {
         &self.id
@@ -226,6 +242,7 @@ impl Pipeline {
     fn begin(&self, turn: &mut Turn) {
         turn.ids.pipeline.clone_from(&self.id);
         turn.model = Arc::clone(&self.model);
+        turn.messages = Arc::clone(&self.messages);
         if turn.deadline.is_none() {
             turn.deadline = self.turn_timeout.map(|t| Instant::now() + t);
         }
@@ -327,23 +344,20 @@ impl Pipeline {
         let (reply, run, status, error) = match result {
             Ok(run) => (run.text.clone(), Some(run), TurnStatus::Completed, None),
             Err(e) => {
-                let status = match e {
+                let (status, key) = match e {
                     // The deadline this call set, not a backend's own timeout.
                     hostpipe_core::RunError::Timeout(_)
                         if deadline.is_some_and(|d| Instant::now() >= d) =>
                     {
-                        TurnStatus::TimedOut
+                        (TurnStatus::TimedOut, MessageKey::TurnTimedOut)
                     }
-                    _ => TurnStatus::RunnerFailed,
+                    _ => (TurnStatus::RunnerFailed, MessageKey::RunnerFailed),
                 };
                 // The user is told that it failed, never how: the error names the
                 // upstream endpoint and quotes OS errors (the trace and the turn's
                 // `error` have it, under the turn id the reply gives).
                 (
-                    format!(
-                        "Sorry, I could not answer this message: the model behind this assistant failed (turn {}).",
-                        trace.turn_id()
-                    ),
+                    self.messages.render(key, &[("turn", trace.turn_id())]),
                     None,
                     status,
                     Some(e.to_string()),

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use futures_util::FutureExt as _;
-use hostpipe_core::{RunRequest, StageOutcome, StageOutcomeKind, TraceEvent, Turn};
+use hostpipe_core::{MessageKey, RunRequest, StageOutcome, StageOutcomeKind, TraceEvent, Turn};
 
 use super::{Pipeline, Prepared, TurnOutcome, TurnStatus};
 
@@ -37,10 +37,9 @@ impl Pipeline {
                 Err(e) => {
                     turn.trace.warn(format!("stage `{}` failed: {e}", s.name));
                     // The error stays in the trace: it may quote internals.
-                    let text = format!(
-                        "Sorry, this message could not be handled: stage `{}` failed (turn {}).",
-                        s.name,
-                        turn.trace.turn_id()
+                    let text = turn.messages.render(
+                        MessageKey::StageFailed,
+                        &[("stage", &s.name), ("turn", turn.trace.turn_id())],
                     );
                     (
                         StageOutcomeKind::Error,

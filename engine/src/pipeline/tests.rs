@@ -306,3 +306,47 @@ async fn a_stage_error_becomes_a_reply_and_a_trace_record() {
     );
     assert!(out.trace.records().iter().any(|r| matches!(&r.event, TraceEvent::Warning { message } if message == "stage `fail` failed: boom")));
 }
+
+struct Slow;
+#[async_trait]
+impl Runner for Slow {
+    async fn run(&self, _: &RunRequest, _: &EventSink) -> Result<(), RunError> {
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_turn_past_its_deadline_and_a_failed_stage_are_told_in_the_pipelines_language() {
+    let zh = Arc::new(hostpipe_core::Messages::new(hostpipe_core::Locale::ZhHans));
+    let p = Pipeline::new(
+        "p",
+        Vec::new(),
+        ("slow".into(), Box::new(Slow)),
+        Arc::new(ModelProfile::default()),
+        None,
+    )
+    .with_messages(Arc::clone(&zh));
+    let deadline = Instant::now() + Duration::from_millis(50);
+    let out = p
+        .run_turn_within(Turn::new("p", "你好"), None, Some(deadline))
+        .await;
+    assert_eq!(out.status, TurnStatus::TimedOut);
+    assert_eq!(
+        out.reply,
+        format!(
+            "抱歉，这条消息处理超时，已停止（请求编号 {}）。",
+            out.trace.turn_id()
+        )
+    );
+
+    let p = pipeline(vec![("fail", Box::new(Fail))]).with_messages(zh);
+    let out = p.run_turn(Turn::new("p", "x")).await;
+    assert_eq!(
+        out.reply,
+        format!(
+            "抱歉，无法处理这条消息：处理步骤 `fail` 出错了（请求编号 {}）。",
+            out.trace.turn_id()
+        )
+    );
+}
