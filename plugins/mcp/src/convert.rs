@@ -271,7 +271,12 @@ fn protocol_message(data: &rmcp::model::ErrorData) -> String {
             .and_then(|d| d.get(key))
             .map_or_else(|| "?".to_owned(), ToString::to_string)
     };
-    let message = data.message.as_ref();
+    // The TypeScript SDK's `McpError` puts `MCP error CODE: ` before its message, and
+    // servers send that text on: the code is said once, by `SourceError::Protocol`.
+    let message = data
+        .message
+        .strip_prefix(&format!("MCP error {}: ", data.code.0))
+        .unwrap_or(&data.message);
     match data.code.0 {
         -32021 => format!(
             "{message} (the server requires a client capability hostpipe does not declare: {})",
@@ -390,5 +395,36 @@ mod tests {
             error(-32602, serde_json::json!(null)),
         );
         assert!(e.is_not_found());
+    }
+
+    #[test]
+    fn the_typescript_sdks_prefix_is_not_said_twice() {
+        let e = service_error(
+            "everything",
+            "prompts/get",
+            rmcp::ServiceError::McpError(rmcp::model::ErrorData::new(
+                rmcp::model::ErrorCode(-32602),
+                "MCP error -32602: Invalid arguments for prompt args-prompt",
+                None,
+            )),
+        );
+        assert_eq!(
+            e.to_string(),
+            "MCP server `everything`: prompts/get failed with JSON-RPC error -32602: Invalid arguments for prompt args-prompt"
+        );
+        // Another code's prefix is the server's own text, kept.
+        let e = service_error(
+            "s",
+            "tools/call",
+            rmcp::ServiceError::McpError(rmcp::model::ErrorData::new(
+                rmcp::model::ErrorCode(-32603),
+                "MCP error -32602: x",
+                None,
+            )),
+        );
+        assert!(
+            e.to_string().ends_with("-32603: MCP error -32602: x"),
+            "{e}"
+        );
     }
 }
