@@ -57,6 +57,73 @@ impl App {
         self.config.check_pin_owner(owner, server)
     }
 
+    /// Checks that what a pin of `server` reads exists, when the server can tell now: a
+    /// template must be one the server lists (`resources/templates/list`); a URI must be
+    /// listed (`resources/list`) or readable (a `resources/read` the server does not
+    /// answer with "not found": the URIs a template makes are seldom listed).
+    ///
+    /// `Ok(None)`: it exists. `Ok(Some(warning))`: it could not be checked (the server is
+    /// not connected, or failed otherwise); the pin may still be right, and the warning
+    /// says so. An embedded target is always fine.
+    ///
+    /// # Errors
+    /// A message naming the target and the server, and what the server has instead.
+    pub async fn check_pin_target(
+        &self,
+        server: &str,
+        target: &AttachmentTarget,
+    ) -> Result<Option<String>, String> {
+        let connected = self
+            .host
+            .servers()
+            .into_iter()
+            .find(|s| s.name == server)
+            .is_some_and(|s| s.status.is_connected());
+        let unchecked = |why: &dyn std::fmt::Display| {
+            Ok(Some(format!(
+                "could not check that server `{server}` has it ({why}); the pin is kept, and a turn that cannot read it says so in its trace"
+            )))
+        };
+        if !connected {
+            return unchecked(&"the server is not connected");
+        }
+        match target {
+            AttachmentTarget::Embedded { .. } => Ok(None),
+            AttachmentTarget::Template { template, .. } => {
+                let listed = match self.host.list_resource_templates(server).await {
+                    Ok(listed) => listed,
+                    Err(e) => return unchecked(&e),
+                };
+                if listed.iter().any(|t| &t.uri_template == template) {
+                    return Ok(None);
+                }
+                let names: Vec<&str> = listed.iter().map(|t| t.uri_template.as_str()).collect();
+                Err(format!(
+                    "server `{server}` lists no resource template `{template}`; its templates: {}",
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ))
+            }
+            AttachmentTarget::Uri { uri } => {
+                if let Ok(listed) = self.host.list_resources(server).await
+                    && listed.iter().any(|r| &r.uri == uri)
+                {
+                    return Ok(None);
+                }
+                match self.host.read_resource(server, uri).await {
+                    Ok(_) => Ok(None),
+                    Err(e) if e.is_not_found() => Err(format!(
+                        "server `{server}` has no resource `{uri}` (it answered: not found)"
+                    )),
+                    Err(e) => unchecked(&e),
+                }
+            }
+        }
+    }
+
     /// Reads `uri` from `server` and converts each item as the pipeline's
     /// `resource_context_injection` would for `model` (MIME rules, image checks, blob
     /// descriptions; no budget, no consent: this is an operator's look). When `uri` was

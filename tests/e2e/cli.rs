@@ -463,6 +463,47 @@ fn wrong_targets_are_bad_usage_named_with_what_exists() {
         err,
         "error: unknown MCP server `nosuch`; configured servers: demo\n"
     );
+    // A pin of what the server does not have is refused while the server can tell.
+    let (code, _, err) = run(&[
+        "attach",
+        "--pipeline",
+        "default",
+        "demo",
+        "demo://docs/nowhere.md",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err,
+        "error: server `demo` has no resource `demo://docs/nowhere.md` (it answered: not found); see `hostpipe resources demo`\n"
+    );
+    let (code, _, err) = run(&[
+        "attach",
+        "--pipeline",
+        "default",
+        "demo",
+        "demo://nope/{x}",
+        "--arg",
+        "x=1",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err,
+        "error: server `demo` lists no resource template `demo://nope/{x}`; its templates: demo://docs/{topic}; see `hostpipe resources demo`\n"
+    );
+    let (code, out, err) = run(&[
+        "attach",
+        "--pipeline",
+        "default",
+        "demo",
+        "demo://docs/{topic}",
+        "--arg",
+        "topic=handbook",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with("pinned demo://docs/{topic} (topic=handbook) from server `demo`"),
+        "{out}"
+    );
     let (code, out, err) = run(&["complete", "demo", "demo://nope/{x}", "x"]);
     assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
     assert_eq!(
@@ -481,6 +522,31 @@ fn wrong_targets_are_bad_usage_named_with_what_exists() {
     assert_eq!(err, "(no value of `topic` starts with `zz`)\n");
     let (code, out, _) = run(&["complete", "demo", "demo://docs/{topic}", "topic", "dep"]);
     assert_eq!((code, out.as_str()), (Some(0), "deployment\n"));
+
+    // A server that is down cannot tell: the pin is kept, with a warning.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ghost.toml");
+    std::fs::write(
+        &config,
+        "[mcp_servers.ghost]\ncommand = \"/nonexistent/hostpipe-test-server\"\n[pipelines.default.bind_mcp_servers]\nservers = [\"ghost\"]\n",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let (code, out, err) = run(&[
+        "--config",
+        &config,
+        "attach",
+        "--pipeline",
+        "default",
+        "ghost",
+        "g://a",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("pinned g://a from server `ghost`"), "{out}");
+    assert!(
+        err.contains("warning: could not check that server `ghost` has it (the server is not connected); the pin is kept"),
+        "{err}"
+    );
 }
 
 /// A server that writes a banner on stdout (glued to its first message) still connects

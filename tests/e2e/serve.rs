@@ -706,10 +706,32 @@ async fn attachments_turns_and_history() {
             "invalid_request",
             "a `uri` with `{` is a template: give it as `template`, with `arguments`",
         ),
+        // What the server does not have is refused while the server can tell.
+        (
+            json!({"server": "demo", "uri": "demo://docs/nowhere.md"}),
+            StatusCode::BAD_REQUEST,
+            "unknown_resource",
+            "server `demo` has no resource `demo://docs/nowhere.md` (it answered: not found)",
+        ),
+        (
+            json!({"server": "demo", "template": "demo://notes/{topic}", "arguments": {"topic": "x"}}),
+            StatusCode::BAD_REQUEST,
+            "unknown_resource",
+            "server `demo` lists no resource template `demo://notes/{topic}`; its templates: demo://docs/{topic}",
+        ),
     ] {
         let (s, v) = post(&svc, pins, body.clone()).await;
         assert_eq!((s, code(&v), message(&v)), (status, code_, msg), "{body}");
     }
+    // A URI no listing names but the server reads (a template's) is fine.
+    let (s, v) = post(
+        &svc,
+        pins,
+        json!({"server": "demo", "uri": "demo://docs/handbook.md", "expires_in_ms": 1000}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert!(v.get("warnings").is_none(), "{v}");
     let (s, v) = post(
         &svc,
         "/v1/pipelines/default/attachments",

@@ -642,6 +642,26 @@ async fn a_stdio_server_is_added_only_when_allowed_and_gets_only_its_own_env() {
     )
     .await;
     assert_eq!(s, StatusCode::OK, "{v}");
+    // A pin of a server that cannot tell (its command does not exist) is kept, with a
+    // warning saying it could not be checked.
+    let entry = json!({"mcpServers": {"ghost": {"command": "/nonexistent/hostpipe-test-server"}}});
+    let (s, v) = post(&svc, "/v1/servers", entry).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    // Whether still starting or failed, it is never connected.
+    let (s, v) = post(
+        &svc,
+        "/v1/conversations/c1/attachments",
+        json!({"server": "ghost", "uri": "g://a"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["uri"], "g://a");
+    assert_eq!(
+        v["warnings"],
+        json!([
+            "could not check that server `ghost` has it (the server is not connected); the pin is kept, and a turn that cannot read it says so in its trace"
+        ])
+    );
     // Removed: the process goes.
     let (s, v) = delete(&svc, "/v1/servers/local").await;
     assert_eq!(s, StatusCode::OK, "{v}");

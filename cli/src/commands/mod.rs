@@ -112,11 +112,11 @@ impl SessionCommand {
     /// slow does not hold up a command that does not use it.
     pub(crate) fn needed_servers(&self, app: &App) -> Option<Vec<String>> {
         match self {
-            Self::Attach(_)
-            | Self::Detach(_)
-            | Self::Attachments(_)
-            | Self::History(_)
-            | Self::Login(_) => Some(Vec::new()),
+            // To check that what it pins exists.
+            Self::Attach(args) => Some(vec![args.target.server.clone()]),
+            Self::Detach(_) | Self::Attachments(_) | Self::History(_) | Self::Login(_) => {
+                Some(Vec::new())
+            }
             Self::Resources(servers::ResourcesArgs { server, .. })
             | Self::Prompts(servers::PromptsArgs { server, .. })
             | Self::Complete(servers::CompleteArgs { server, .. })

@@ -39,6 +39,11 @@ pub(crate) async fn attach(app: &App, args: AttachArgs) -> anyhow::Result<ExitCo
     app.check_server(&target.server)?;
     app.check_pin_owner(&owner, &target.server)?;
     let pin_target = attachment_target(&target.target, &target.args, &target.arg_vars)?;
+    match app.check_pin_target(&target.server, &pin_target).await {
+        Ok(None) => {}
+        Ok(Some(warning)) => eprintln!("warning: {warning}"),
+        Err(e) => bail!("{e}; see `hostpipe resources {}`", target.server),
+    }
     let expires_at_ms = expires_in.map(|d| {
         hostpipe_engine::store::unix_ms_now()
             .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use hostpipe_core::{ArgumentValue, Attachment, AttachmentTarget};
 use hostpipe_engine::{NewPin, PinOwner};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::super::dto::Attachments;
 use super::super::error::{ApiResult, target_error};
@@ -26,6 +26,16 @@ pub(crate) struct PinBody {
     arguments: BTreeMap<String, ArgumentValue>,
     /// Stop applying after this many milliseconds (default: never).
     expires_in_ms: Option<u64>,
+}
+
+/// `201` to `POST …/attachments`: the pin, and why its target could not be checked
+/// against the server, when it could not (the server is not connected, or failed).
+#[derive(Debug, Serialize)]
+struct PinCreated {
+    #[serde(flatten)]
+    pin: hostpipe_engine::Pin,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
 }
 
 /// At most 100 years, as `hostpipe attach --expires-in`.
@@ -71,6 +81,13 @@ async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResul
         arguments: body.arguments,
     };
     let target = AttachmentTarget::try_from(&spec).map_err(target_error)?;
+    let warnings: Vec<String> = state
+        .app
+        .check_pin_target(&body.server, &target)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "unknown_resource", e))?
+        .into_iter()
+        .collect();
     let expires_at_ms = match body.expires_in_ms {
         Some(0) => {
             return Err(ApiError::bad_request(
@@ -96,7 +113,11 @@ async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResul
             expires_at_ms,
         })
         .await?;
-    Ok((StatusCode::CREATED, axum::Json(pin)).into_response())
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(PinCreated { pin, warnings }),
+    )
+        .into_response())
 }
 
 /// Removes pin `pin_id` of `owner`, or 404 `pin_not_found`.
