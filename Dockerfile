@@ -17,7 +17,9 @@ ARG RUST_IMAGE=rust:1.95.0-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
 ARG NODE_IMAGE=node:24.22.3-bookworm-slim
 
-# ---- build: the release binary (Cargo.toml [profile.release]), stripped -------------
+# ---- build: the release binary (Cargo.toml [profile.release]) -----------------------
+# `strip` drops the symbols the release profile keeps: 60 MB instead of 73, and panic
+# backtraces without function names (README, "A smaller binary").
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY . .
