@@ -14,6 +14,7 @@ mod config;
 mod conformance;
 mod consent;
 mod content;
+mod deploy;
 mod dify;
 mod elicitation;
 mod everything;

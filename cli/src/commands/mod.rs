@@ -2,9 +2,10 @@
 //! (its servers connected as far as the command needs them, its store open when the
 //! command uses one; Ctrl-C stops the command and its servers), and
 //! [`StandaloneCommand`]s manage their own life cycle (`serve`, `bench`) or need no
-//! app at all (`plugins`, `demo-server`).
+//! app at all (`plugins`, `demo-server`, `healthcheck`).
 
 mod eval;
+mod healthcheck;
 mod history;
 mod login;
 mod pins;
@@ -175,6 +176,10 @@ pub(crate) enum StandaloneCommand {
     Serve(ServeArgs),
     /// Serve the embedded demo MCP server on stdio.
     DemoServer(DemoServerArgs),
+    /// GET a URL once (default: `hostpipe serve`'s /healthz on 127.0.0.1:8787) and
+    /// exit 0 when it answers 2xx, 1 otherwise: a container health check without curl
+    /// (docs/deploy.md).
+    Healthcheck(healthcheck::HealthcheckArgs),
 }
 
 // The arguments of `hostpipe demo-server`.
@@ -234,6 +239,7 @@ impl StandaloneCommand {
         interrupted: impl Future<Output = &'static str> + Send + 'static,
     ) -> anyhow::Result<ExitCode> {
         match self {
+            Self::Healthcheck(args) => return healthcheck::healthcheck(args).await,
             Self::DemoServer(DemoServerArgs { protocol }) => {
                 let server = hostpipe_cli::demo::DemoServer::new();
                 let server = if protocol == "2026-07-28" {
