@@ -127,6 +127,51 @@ fn a_conversation_pin_survives_restarts_and_a_message_attachment_is_read_once() 
         .collect();
     turns.dedup();
     assert_eq!(turns.len(), 2, "{stdout}");
+
+    // `--limit` and `--offset` count turns: each page holds whole turns, newest first.
+    let (ok, all, _) = hostpipe(data, &["history", "--json"]);
+    assert!(ok);
+    let all: Vec<Value> = serde_json::from_str(&all).unwrap();
+    let mut order: Vec<&str> = all.iter().map(|r| r["turn_id"].as_str().unwrap()).collect();
+    order.dedup();
+    assert_eq!(order.len(), 3, "three turns: {order:?}");
+    for (offset, turn) in order.iter().enumerate() {
+        let offset = offset.to_string();
+        let (ok, page, stderr) = hostpipe(
+            data,
+            &["history", "--limit", "1", "--offset", &offset, "--json"],
+        );
+        assert!(ok, "{stderr}");
+        let page: Vec<Value> = serde_json::from_str(&page).unwrap();
+        let whole: Vec<&Value> = all.iter().filter(|r| r["turn_id"] == *turn).collect();
+        assert_eq!(page.iter().collect::<Vec<_>>(), whole, "turn {offset}");
+    }
+    // The table fits the terminal (`COLUMNS` here): cells wrap instead.
+    let out = hostpipe_command()
+        .env("HOSTPIPE_DATA_DIR", data)
+        .env("COLUMNS", "90")
+        .args(["history", "--limit", "2"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success());
+    // Two turns, each under a heading: when, which turn, where.
+    let headings: Vec<&str> = table.lines().filter(|l| l.contains(" · turn ")).collect();
+    assert_eq!(headings.len(), 2, "{table}");
+    assert!(
+        headings[0].ends_with(" · pipeline default · conversation chat-2"),
+        "{table}"
+    );
+    assert!(
+        headings[1].ends_with(" · pipeline default · conversation chat-1"),
+        "{table}"
+    );
+    for line in table.lines() {
+        assert!(
+            line.chars().count() <= 90,
+            "wider than 90 columns: {line}\n{table}"
+        );
+    }
     let reads_of = |uri: &str| records.iter().filter(|r| r["uri"] == uri).count();
     assert_eq!(reads_of("demo://docs/incident-runbook"), 2);
     assert_eq!(reads_of("demo://data/sample.bin"), 1);

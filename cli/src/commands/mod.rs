@@ -480,7 +480,28 @@ pub(crate) fn new_table<'a>(header: impl IntoIterator<Item = &'a str>) -> comfy_
     let mut table = comfy_table::Table::new();
     table
         .load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
         .set_header(header.into_iter().collect::<Vec<_>>());
+    match table_width() {
+        // Cells wrap so that the table fits.
+        Some(width) => table
+            .set_content_arrangement(comfy_table::ContentArrangement::Dynamic)
+            .set_width(width),
+        // A pipe or a file gets whole lines, for grep.
+        None => table.set_content_arrangement(comfy_table::ContentArrangement::Disabled),
+    };
     table
+}
+
+/// The width, in columns, that tables fit: `COLUMNS` when it is set (as `ls` and
+/// Python's `shutil.get_terminal_size` read it), else the terminal's when stdout is one;
+/// `None` when output goes to a pipe or a file.
+fn table_width() -> Option<u16> {
+    if let Some(columns) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<u16>().ok())
+        .filter(|&c| c > 0)
+    {
+        return Some(columns);
+    }
+    terminal_size::terminal_size_of(std::io::stdout()).map(|(terminal_size::Width(w), _)| w)
 }
