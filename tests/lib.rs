@@ -63,7 +63,9 @@ pub fn hostpipe_command() -> std::process::Command {
         std::env::temp_dir().join("hostpipe-e2e-data"),
     )
     .env_remove("HOSTPIPE_STORE_URL")
-    .env_remove("HOSTPIPE_LOG");
+    .env_remove("HOSTPIPE_LOG")
+    // Tables fit COLUMNS when it is set; the tests read whole rows.
+    .env_remove("COLUMNS");
     cmd
 }
 
