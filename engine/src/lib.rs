@@ -34,7 +34,7 @@ pub use pipeline::{Pipeline, Prepared, RunnerFailure, ToolCallOutcome, TurnOutco
 pub use servers::{MemoryServerEntries, ServerEntries, StoredServer};
 pub use store::{
     AttachmentStore, GrantStore, HistoryQuery, HistorySink, InjectionRecord, MemoryStore, NewPin,
-    Pin, PinOwner, PinSource, Pruned, StoreError, ToolCallEntry,
+    Pin, PinOwner, PinQuery, PinSource, Pruned, StoreError, ToolCallEntry,
 };
 
 /// docs/consent.md, its examples compiled and run as doctests.

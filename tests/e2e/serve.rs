@@ -235,7 +235,7 @@ async fn every_documented_route_needs_the_right_token() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 31, "every /v1 operation was checked");
+    assert_eq!(checked, 32, "every /v1 operation was checked");
 
     // The scheme is case-insensitive (RFC 9110 §11.1).
     let res = reqwest::Client::new()
@@ -671,6 +671,46 @@ async fn attachments_turns_and_history() {
         v["configured"].as_array().unwrap().len(),
         4,
         "the config's attachments are listed"
+    );
+
+    // Every owner's pins, oldest first; by scope; in pages.
+    let (s, v) = get(&svc, "/v1/pins").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let ids = |v: &Value| -> Vec<Value> {
+        v["pins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["id"].clone())
+            .collect()
+    };
+    assert_eq!(ids(&v), [pin["id"].clone(), ppin["id"].clone()]);
+    assert_eq!(v["pins"][1]["scope"], "pipeline");
+    assert_eq!(v["pins"][1]["owner"], "support");
+    assert_eq!(v["next_offset"], Value::Null);
+    let (_, v) = get(&svc, "/v1/pins?scope=pipeline").await;
+    assert_eq!(ids(&v), [ppin["id"].clone()]);
+    let (_, v) = get(&svc, "/v1/pins?limit=1").await;
+    assert_eq!(
+        (ids(&v), &v["next_offset"]),
+        (vec![pin["id"].clone()], &json!(1))
+    );
+    let (_, v) = get(&svc, "/v1/pins?limit=1&offset=1").await;
+    assert_eq!(
+        (ids(&v), &v["next_offset"]),
+        (vec![ppin["id"].clone()], &Value::Null)
+    );
+    let (s, v) = get(&svc, "/v1/pins?scope=message").await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::BAD_REQUEST, "invalid_request"),
+        "{v}"
+    );
+    assert!(message(&v).contains("unknown variant `message`"), "{v}");
+    let (s, v) = get(&svc, "/v1/pins?limit=0").await;
+    assert_eq!(
+        (s, message(&v)),
+        (StatusCode::BAD_REQUEST, "`limit` is 0; give 1 to 1000")
     );
 
     // Pin mistakes.
@@ -1493,10 +1533,52 @@ async fn two_instances_share_one_postgres_store() {
     );
 }
 
+/// The cells of one history row (conversation onwards) as strings.
+fn cells(row: &Value) -> Vec<&str> {
+    row.as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect()
+}
+
+/// The admin page in Chromium (tests/browser/admin.mjs says what it does): the values it
+/// saw on the page, and what the API says afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_page_in_chromium() {
+    use hostpipe_tests::openai_api::{ChatCompletions, answer, tool_call};
+    // The model of pipeline `agent`: reads a resource, calls a tool, answers.
+    let model = wiremock::MockServer::start().await;
+    let script = ChatCompletions::new(vec![
+        tool_call(
+            "m1",
+            "read_resource",
+            r#"{"server": "demo", "uri": "demo://docs/handbook.md"}"#,
+        ),
+        tool_call("m2", "everything__get-sum", r#"{"a": 2, "b": 3}"#),
+        answer("done"),
+    ]);
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .and(wiremock::matchers::path("/v1/chat/completions"))
+        .respond_with(script.clone())
+        .mount(&model)
+        .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &dir.path().join("kb.log"));
+    let agent = format!(
+        r#"
+[pipelines.agent]
+stages = ["bind_mcp_servers", "resource_context_injection", "tool_assembly"]
+runner = "local"
+[pipelines.agent.local]
+base_url = "{}/v1"
+model = "m"
+stream = false
+[pipelines.agent.bind_mcp_servers]
+servers = ["demo", "everything"]
+"#,
+        model.uri()
+    );
+    let config = write_config_with(dir.path(), &dir.path().join("kb.log"), &agent);
     let store = hostpipe_store::sqlite_url(&dir.path().join("store.db"));
     let svc = Service::start(&config, &store, &[]).await;
     let shot = dir.path().join("admin.png");
@@ -1520,7 +1602,14 @@ async fn the_admin_page_in_chromium() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{stderr}\n{}",
+        svc.log_text()
+    );
+    if let Ok(keep) = std::env::var("HOSTPIPE_KEEP_SCREENSHOT") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
     let doc: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert!(
         doc["preview"]
@@ -1535,21 +1624,19 @@ async fn the_admin_page_in_chromium() {
             .unwrap()
             .starts_with("attached to conversation browser-1 (pin ")
     );
+    // Reads: time, conversation, pipeline, server, resource, scope, origin, tokens,
+    // treatment, consent, error.
     assert_eq!(
         doc["history_row"][4],
         "demo://resource/static/document/features.md"
     );
     assert_eq!(doc["history_row"][1], "browser-1");
     assert_eq!(doc["history_row"][5], "conversation");
+    assert_eq!(doc["history_row"][6], "host");
     assert_eq!(doc["error_row_class"], "error");
-    // The tool calls beside the reads: time, conversation, pipeline, server, tool, by,
-    // arguments, tokens, consent, error.
-    let row: Vec<&str> = doc["tool_row"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap())
-        .collect();
+    // The tool calls beside the reads: time, conversation, pipeline, server, tool,
+    // origin, arguments, tokens, consent, error.
+    let row: Vec<&str> = cells(&doc["tool_row"]);
     assert_eq!(
         row[1..8],
         [
@@ -1565,9 +1652,165 @@ async fn the_admin_page_in_chromium() {
     // "The sum of 1 and 2 is 3." is 12 tokens of o200k_base.
     assert_eq!(row[8], "allowed by the default for read-only tools");
     assert_eq!(doc["withheld_row_class"], "error");
-    if let Ok(keep) = std::env::var("HOSTPIPE_KEEP_SCREENSHOT") {
-        std::fs::copy(&shot, keep).unwrap();
+
+    // server-everything's tools (the elicitation ones: hostpipe declared the capability)
+    // and prompts, as listed on the page.
+    let tools: Vec<&str> = cells(&doc["tools"]);
+    for t in ["echo", "get-sum", "trigger-elicitation-request"] {
+        assert!(tools.contains(&t), "{tools:?}");
     }
+    assert_eq!(doc["get_sum_badges"], json!(["read-only"]));
+    let prompts: Vec<&str> = cells(&doc["prompts"]);
+    // Name, arguments (* required) and title.
+    assert!(
+        prompts.contains(&"simple-prompt() Simple Prompt"),
+        "{prompts:?}"
+    );
+    assert!(
+        prompts.contains(&"args-prompt(city*, state) Arguments Prompt"),
+        "{prompts:?}"
+    );
+
+    // The consent question of the page's turn, answered on the page.
+    assert_eq!(doc["consent_uri"], "kb://public/handbook");
+    assert_eq!(
+        doc["consent_buttons"],
+        json!(["Allow once", "Allow in this conversation", "Deny"])
+    );
+    assert_eq!(
+        doc["turn_status_while_asked"],
+        "running… (answer any question above)"
+    );
+    assert!(
+        doc["consent_reply"]
+            .as_str()
+            .unwrap()
+            .contains("Support hours are 9 to 5"),
+        "{doc}"
+    );
+    assert_eq!(doc["consent_cards_left"], 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("kb.log")).unwrap(),
+        "kb://public/handbook\nkb://public/handbook\n",
+        "read once by the preview, once by the allowed turn"
+    );
+
+    // The elicitation of the page's tool call: a form, a refused answer, an accepted one.
+    assert_eq!(
+        doc["question_message"],
+        "Please provide inputs for the following fields:"
+    );
+    let fields: Vec<&str> = cells(&doc["question_fields"]);
+    for f in ["name", "check", "integer", "titledMultipleSelectEnum"] {
+        assert!(fields.contains(&f), "{fields:?}");
+    }
+    let invalid = doc["invalid_answer"].as_str().unwrap();
+    assert!(invalid.contains("`name`: is required"), "{invalid}");
+    assert!(invalid.ends_with("(invalid_content)"), "{invalid}");
+    let said = doc["tool_result"].as_str().unwrap();
+    assert!(said.contains("- Name: Ann"), "{said}");
+    // The form's defaults went with it.
+    assert!(said.contains("- Favorite Integer: 42"), "{said}");
+
+    // The history of browser-2 (the page's turn and tool call) and browser-3 (the model's
+    // read and call): the origin column says who chose each.
+    let reads2 = &doc["browser2"]["reads"];
+    assert_eq!(reads2.as_array().unwrap().len(), 1, "{reads2}");
+    let read = cells(&reads2[0]);
+    assert_eq!(
+        read[..6],
+        [
+            "browser-2",
+            "support",
+            "kb",
+            "kb://public/handbook",
+            "conversation",
+            "host"
+        ]
+    );
+    assert_eq!(read[8], "asked (rules[0] (server kb)): allowed once");
+    let calls2 = &doc["browser2"]["calls"];
+    let call = cells(&calls2[0]);
+    assert_eq!(
+        call[..5],
+        [
+            "browser-2",
+            "support",
+            "everything",
+            "trigger-elicitation-request",
+            "api"
+        ],
+        "{calls2}"
+    );
+    let reads3 = &doc["browser3"]["reads"];
+    let read = cells(&reads3[0]);
+    assert_eq!(
+        read[..6],
+        [
+            "browser-3",
+            "agent",
+            "demo",
+            "demo://docs/handbook.md",
+            "-",
+            "model"
+        ],
+        "{reads3}"
+    );
+    let calls3: Vec<(String, String)> = doc["browser3"]["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r[3].as_str().unwrap().to_owned(),
+                r[4].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        calls3.contains(&("get-sum".into(), "model".into())),
+        "{calls3:?}"
+    );
+    assert_eq!(
+        script.requests().len(),
+        3,
+        "the model was asked three times"
+    );
+
+    // Pins of both scopes, listed, filtered and removed on the page.
+    let mut pins: Vec<Vec<&str>> = doc["pins_listed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(cells)
+        .collect();
+    pins.sort();
+    assert_eq!(
+        pins,
+        [
+            vec![
+                "conversation",
+                "browser-1",
+                "everything",
+                "demo://resource/static/document/features.md"
+            ],
+            vec!["conversation", "browser-2", "kb", "kb://public/handbook"],
+            vec!["pipeline", "support", "kb", "kb://public/handbook"],
+        ]
+    );
+    assert_eq!(
+        doc["pipeline_pins"],
+        json!([["pipeline", "support", "kb", "kb://public/handbook"]])
+    );
+    assert_eq!(doc["pins_none_shown"], true);
+    let (s, v) = get(&svc, "/v1/pins").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v, json!({"pins": [], "next_offset": null}));
+    let (_, v) = get(&svc, "/v1/pipelines/support/attachments").await;
+    assert_eq!(v["pins"], json!([]));
+    // Narrow, only the tables scroll.
+    assert_eq!(doc["narrow_overflow"], 0, "the page is wider than 380 px");
+
     // What the page did is in the store, seen through the API too.
     let (_, history) = get(&svc, "/v1/history?conversation=browser-1").await;
     let uris: Vec<(&str, &str)> = history["records"]

@@ -372,6 +372,15 @@ pub(crate) struct Attachments {
     pub(crate) configured: Vec<Attachment>,
 }
 
+/// `GET /v1/pins` (schema `PinPage`).
+#[derive(Debug, Serialize)]
+pub(crate) struct PinPage {
+    /// The live pins of this page, oldest first (schema `Pin`).
+    pub(crate) pins: Vec<Pin>,
+    /// The `offset` of the next page; null on the last.
+    pub(crate) next_offset: Option<u32>,
+}
+
 /// `GET /v1/history` (schema `HistoryPage`).
 #[derive(Debug, Serialize)]
 pub(crate) struct HistoryPage {

@@ -16,8 +16,8 @@ use super::handlers::history::{history, tool_call_history};
 use super::handlers::login::start_login;
 use super::handlers::manage::{add_server, reload_config, remove_server};
 use super::handlers::pins::{
-    add_conversation_pin, add_pipeline_pin, list_conversation_pins, list_pipeline_pins,
-    remove_conversation_pin, remove_pipeline_pin,
+    add_conversation_pin, add_pipeline_pin, list_all_pins, list_conversation_pins,
+    list_pipeline_pins, remove_conversation_pin, remove_pipeline_pin,
 };
 use super::handlers::pipelines::list_pipelines;
 use super::handlers::prompts::{get_prompt, list_prompts};
@@ -70,6 +70,7 @@ pub(super) fn routes(request_timeout: Duration) -> Router<Arc<ServeState>> {
             "/v1/conversations/{id}/attachments/{pin_id}",
             axum::routing::delete(remove_conversation_pin),
         )
+        .route("/v1/pins", get(list_all_pins))
         .route("/v1/history", get(history))
         .route("/v1/history/tool-calls", get(tool_call_history))
         .route("/v1/consent-requests", get(list_consent_requests))
@@ -157,7 +158,7 @@ mod tests {
             .filter(|p| p.starts_with("/v1/"))
             .collect();
         assert_eq!(routed, documented);
-        assert_eq!(routed.len(), 27);
+        assert_eq!(routed.len(), 28);
     }
 
     #[test]

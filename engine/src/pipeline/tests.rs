@@ -197,6 +197,13 @@ impl AttachmentStore for Broken {
     async fn unpin_id(&self, _: &PinOwner, _: &str) -> Result<bool, crate::StoreError> {
         Err(crate::StoreError::invalid("down"))
     }
+    async fn list_pins(
+        &self,
+        _: &crate::PinQuery,
+        _: i64,
+    ) -> Result<Vec<crate::Pin>, crate::StoreError> {
+        Err(crate::StoreError::invalid("down"))
+    }
     async fn history(
         &self,
         _: &crate::HistoryQuery,

@@ -8,8 +8,8 @@ use hostpipe_core::AttachmentTarget;
 
 use super::{
     AttachmentStore, ConsentGrant, GrantStore, HistoryQuery, HistorySink, InjectionRecord, NewPin,
-    PRUNE_BATCH, Pin, PinOwner, PinSource, Pruned, StoreError, ToolCallEntry, history_page,
-    new_pin_id, unix_ms_now,
+    PRUNE_BATCH, Pin, PinOwner, PinQuery, PinSource, Pruned, StoreError, ToolCallEntry,
+    history_page, new_pin_id, unix_ms_now,
 };
 
 /// An [`AttachmentStore`] in memory: nothing survives the process.
@@ -129,6 +129,21 @@ impl AttachmentStore for MemoryStore {
         let before = inner.pins.len();
         inner.pins.retain(|p| !(&p.owner == owner && p.id == id));
         Ok(inner.pins.len() < before)
+    }
+    async fn list_pins(&self, query: &PinQuery, now_ms: i64) -> Result<Vec<Pin>, StoreError> {
+        let mut pins: Vec<Pin> = self
+            .lock()
+            .pins
+            .iter()
+            .filter(|p| query.matches(p, now_ms))
+            .cloned()
+            .collect();
+        pins.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        Ok(pins
+            .into_iter()
+            .skip(query.offset as usize)
+            .take(query.limit.min(HistoryQuery::MAX_LIMIT) as usize)
+            .collect())
     }
     async fn history(&self, query: &HistoryQuery) -> Result<Vec<InjectionRecord>, StoreError> {
         let inner = self.lock();

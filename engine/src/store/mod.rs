@@ -147,6 +147,38 @@ impl Pin {
     }
 }
 
+/// Which pins [`AttachmentStore::list_pins`] returns: the live ones of every owner (or of
+/// one scope), oldest first (creation time, then id), one page at a time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PinQuery {
+    /// Only pins of this scope ([`Scope::Pipeline`] or [`Scope::Conversation`]; a
+    /// [`Scope::Message`] matches none: message attachments are never stored).
+    pub scope: Option<Scope>,
+    /// At most this many pins (default 100; a store may cap it at
+    /// [`HistoryQuery::MAX_LIMIT`]).
+    pub limit: u32,
+    /// Skip this many pins first (pagination).
+    pub offset: u32,
+}
+
+impl Default for PinQuery {
+    fn default() -> Self {
+        Self {
+            scope: None,
+            limit: 100,
+            offset: 0,
+        }
+    }
+}
+
+impl PinQuery {
+    /// Whether `pin` passes the filters at `now_ms` (live, of the scope asked).
+    pub fn matches(&self, pin: &Pin, now_ms: i64) -> bool {
+        pin.is_live(now_ms) && self.scope.is_none_or(|s| pin.owner.scope() == s)
+    }
+}
+
 /// One resource read of one turn, as the history keeps it: the turn's ids and the
 /// [`ReadRecord`] of its trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -374,6 +406,13 @@ pub trait AttachmentStore: PinSource + HistorySink + GrantStore {
     /// # Errors
     /// A database error.
     async fn unpin_id(&self, owner: &PinOwner, id: &str) -> Result<bool, StoreError>;
+
+    /// The live pins of every pipeline and conversation that match `query` (an operator's
+    /// overview; a turn loads its own with [`PinSource::pins`]), oldest first.
+    ///
+    /// # Errors
+    /// A database error, or [`StoreError::Corrupt`] for a row that cannot be read.
+    async fn list_pins(&self, query: &PinQuery, now_ms: i64) -> Result<Vec<Pin>, StoreError>;
 
     /// History records matching `query`.
     ///

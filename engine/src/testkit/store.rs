@@ -8,7 +8,7 @@ use hostpipe_core::{
 
 use crate::store::{
     AttachmentStore, ConsentGrant, GrantKind, HistoryQuery, InjectionRecord, MAX_ID_BYTES, NewPin,
-    PinOwner, StoreError, ToolCallEntry, unix_ms_now,
+    PinOwner, PinQuery, StoreError, ToolCallEntry, unix_ms_now,
 };
 
 /// Checks that `store` behaves as [`AttachmentStore`] says, on an empty store: pins and
@@ -126,6 +126,7 @@ async fn check_pins(store: &dyn AttachmentStore, now: i64) -> Result<String, Str
             .map(|p| p.attachment().scope),
         Some(Scope::Pipeline),
     )?;
+    check_pin_listing(store, now, &template).await?;
     let other = store
         .pins(&[PinOwner::Conversation("c-2".into())], now)
         .await
@@ -166,6 +167,73 @@ async fn check_pins(store: &dyn AttachmentStore, now: i64) -> Result<String, Str
     )?;
 
     Ok(t.id)
+}
+
+/// [`AttachmentStore::list_pins`] after [`check_pins`]' pins: every owner's live pins,
+/// oldest first, by scope, in pages.
+async fn check_pin_listing(
+    store: &dyn AttachmentStore,
+    now: i64,
+    template: &AttachmentTarget,
+) -> Result<(), String> {
+    let listed = |query: PinQuery| async move {
+        store
+            .list_pins(&query, now)
+            .await
+            .map(|pins| {
+                pins.iter()
+                    .map(|p| (p.owner.clone(), p.target.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .map_err(e)
+    };
+    let all = listed(PinQuery::default()).await?;
+    expect(
+        "every live pin, oldest first",
+        all.clone(),
+        vec![
+            (conv(), uri("kb://a")),
+            (conv(), template.clone()),
+            (pipe(), uri("kb://p")),
+        ],
+    )?;
+    expect(
+        "the pipeline scope",
+        listed(PinQuery {
+            scope: Some(Scope::Pipeline),
+            ..PinQuery::default()
+        })
+        .await?,
+        vec![(pipe(), uri("kb://p"))],
+    )?;
+    expect(
+        "the conversation scope",
+        listed(PinQuery {
+            scope: Some(Scope::Conversation),
+            ..PinQuery::default()
+        })
+        .await?,
+        all[..2].to_vec(),
+    )?;
+    expect(
+        "a page: limit 1 from offset 1",
+        listed(PinQuery {
+            limit: 1,
+            offset: 1,
+            ..PinQuery::default()
+        })
+        .await?,
+        all[1..2].to_vec(),
+    )?;
+    expect(
+        "the message scope has no stored pins",
+        listed(PinQuery {
+            scope: Some(Scope::Message),
+            ..PinQuery::default()
+        })
+        .await?,
+        Vec::new(),
+    )
 }
 
 /// Removal by target and by id, and pruning the expired pin.

@@ -34,8 +34,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hostpipe_core::{ArgumentValue, AttachmentTarget, ReadOrigin, ReadOutcome, ReadRecord, Scope};
 use hostpipe_engine::store::{
-    AttachmentStore, HistoryQuery, HistorySink, InjectionRecord, NewPin, Pin, PinOwner, PinSource,
-    Pruned, StoreError, ToolCallEntry, new_pin_id, unix_ms_now,
+    AttachmentStore, HistoryQuery, HistorySink, InjectionRecord, NewPin, Pin, PinOwner, PinQuery,
+    PinSource, Pruned, StoreError, ToolCallEntry, new_pin_id, unix_ms_now,
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -586,6 +586,31 @@ impl AttachmentStore for SqlStore {
                 .bind(id.to_owned());
         let done = self.timed("unpin", query.execute(&self.pool)).await?;
         Ok(done.rows_affected() > 0)
+    }
+    async fn list_pins(&self, query: &PinQuery, now_ms: i64) -> Result<Vec<Pin>, StoreError> {
+        let mut sql = String::from(
+            "SELECT id, scope, owner, server, kind, target, arguments, created_at_ms, expires_at_ms \
+             FROM hostpipe_pins WHERE (expires_at_ms IS NULL OR expires_at_ms > $1)",
+        );
+        let mut binds = vec![Bind::Int(now_ms)];
+        if let Some(scope) = query.scope {
+            binds.push(Bind::Text(scope.as_str().to_owned()));
+            sql.push_str(&format!(" AND scope = ${}", binds.len()));
+        }
+        let n = binds.len();
+        sql.push_str(&format!(
+            " ORDER BY created_at_ms, id LIMIT ${} OFFSET ${}",
+            n + 1,
+            n + 2
+        ));
+        binds.push(Bind::Int(i64::from(
+            query.limit.min(HistoryQuery::MAX_LIMIT),
+        )));
+        binds.push(Bind::Int(i64::from(query.offset)));
+        let rows = self
+            .timed("list pins", bind_all(&sql, binds).fetch_all(&self.pool))
+            .await?;
+        rows.iter().map(|r| self.pin_from_row(r)).collect()
     }
     async fn history(&self, query: &HistoryQuery) -> Result<Vec<InjectionRecord>, StoreError> {
         let (sql, binds) = history_select("hostpipe_reads", "outcome <> 'read'", query);

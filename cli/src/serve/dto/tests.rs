@@ -467,6 +467,24 @@ fn samples() -> Vec<(&'static str, &'static str, &'static str, Value)> {
             }),
         ),
         (
+            "/v1/pins",
+            "get",
+            "200",
+            value(&PinPage {
+                pins: vec![hostpipe_engine::Pin {
+                    id: "00000000-0000-0000-0000-000000000000".into(),
+                    owner: hostpipe_engine::PinOwner::Conversation("c-1".into()),
+                    server: "kb".into(),
+                    target: hostpipe_core::AttachmentTarget::Uri {
+                        uri: "kb://a".into(),
+                    },
+                    created_at_ms: 1,
+                    expires_at_ms: None,
+                }],
+                next_offset: Some(1),
+            }),
+        ),
+        (
             "/v1/history",
             "get",
             "200",

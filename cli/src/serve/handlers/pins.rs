@@ -1,4 +1,5 @@
-//! Pins: `…/attachments` of a pipeline or a conversation (list, add, remove).
+//! Pins: `…/attachments` of a pipeline or a conversation (list, add, remove), and
+//! `GET /v1/pins`, every owner's.
 
 use std::collections::BTreeMap;
 
@@ -6,11 +7,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use hostpipe_core::{ArgumentValue, Attachment, AttachmentTarget};
-use hostpipe_engine::{NewPin, PinOwner};
+use hostpipe_engine::{NewPin, PinOwner, PinQuery};
 use serde::{Deserialize, Serialize};
 
-use super::super::dto::Attachments;
-use super::super::error::{ApiResult, target_error};
+use super::super::dto::{Attachments, PinPage};
+use super::super::error::{ApiResult, Query, target_error};
 use super::super::{ApiError, Body, Params, ServeState};
 use super::{St, json, pipeline, store};
 use crate::ops::AttachmentSpec;
@@ -190,4 +191,55 @@ pub(crate) async fn remove_conversation_pin(
     Params((id, pin_id)): Params<(String, String)>,
 ) -> ApiResult {
     remove_pin(&state, conversation_owner(id)?, &pin_id).await
+}
+
+/// The scopes pins are stored at (message attachments live one turn and are never pinned).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum PinScope {
+    Pipeline,
+    Conversation,
+}
+
+/// `GET /v1/pins` query parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PinListParams {
+    scope: Option<PinScope>,
+    limit: Option<u32>,
+    #[serde(default)]
+    offset: u32,
+}
+
+/// Most pins in one page of `GET /v1/pins`.
+const MAX_PIN_LIMIT: u32 = 1000;
+
+/// `GET /v1/pins[?scope=pipeline|conversation&limit=N&offset=N]`: one page of the live
+/// pins of every pipeline and conversation, oldest first; 400 for a `limit` outside
+/// 1 to 1000.
+pub(crate) async fn list_all_pins(
+    State(state): St,
+    Query(params): Query<PinListParams>,
+) -> ApiResult {
+    let limit = params.limit.unwrap_or(100);
+    if !(1..=MAX_PIN_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "`limit` is {limit}; give 1 to {MAX_PIN_LIMIT}"
+        )));
+    }
+    let query = PinQuery {
+        scope: params.scope.map(|s| match s {
+            PinScope::Pipeline => hostpipe_core::Scope::Pipeline,
+            PinScope::Conversation => hostpipe_core::Scope::Conversation,
+        }),
+        // One more than asked, to tell whether there is a next page.
+        limit: limit + 1,
+        offset: params.offset,
+    };
+    let mut pins = store(&state)?
+        .list_pins(&query, hostpipe_engine::store::unix_ms_now())
+        .await?;
+    let next_offset = (pins.len() > limit as usize).then(|| params.offset.saturating_add(limit));
+    pins.truncate(limit as usize);
+    Ok(json(PinPage { pins, next_offset }))
 }
