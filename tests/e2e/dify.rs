@@ -327,6 +327,34 @@ async fn dify_retrieves_the_answering_passage_from_a_pipelines_resources() {
             );
         }
     }
+    // Nor through a prompt that embeds it.
+    let prompt = |token: &'static str, document: &'static str| {
+        let url = svc.url("/v1/servers/kb/prompts/briefing");
+        async move {
+            let res = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"arguments": {"document": document}}))
+                .send()
+                .await
+                .unwrap();
+            (res.status(), res.json::<Value>().await.unwrap())
+        }
+    };
+    for token in [READ_TOKEN, hostpipe_tests::TURN_TOKEN] {
+        let (s, v) = prompt(token, "secret/plan").await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+        assert_eq!(v["error"]["code"], "read_withheld", "{v}");
+        assert!(!v.to_string().contains("BLUEBIRD"), "{v}");
+        let (s, v) = prompt(token, "public/handbook").await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(
+            v["messages"][1]["content"]["resource"]["text"],
+            "Support hours are 9 to 5, Monday to Friday. Refunds within 30 days."
+        );
+    }
+    let (s, v) = prompt(ADMIN_TOKEN, "secret/plan").await;
+    assert_eq!(s, StatusCode::OK, "an operator's look: {v}");
     let (s, v) = look(READ_TOKEN, json!({"uri": "kb://public/handbook"})).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     let served = std::fs::read_to_string(&kb_log).unwrap_or_default();

@@ -4,7 +4,8 @@ that a withheld read never reached it.
 
 - kb://secret/plan, kb://secret/budget: documents a policy keeps from the model;
 - kb://public/handbook: a document anyone may read;
-- kb://public/injection: a document whose text tries to break out of its fence.
+- kb://public/injection: a document whose text tries to break out of its fence;
+- prompt `briefing(document)`: embeds kb://DOCUMENT in its messages.
 
 Every read appends its URI and a newline to the file named by $KB_READ_LOG (if set).
 stdio.
@@ -12,6 +13,8 @@ stdio.
 import os
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.prompts.base import UserMessage
+from mcp_types import EmbeddedResource, TextResourceContents
 
 mcp = MCPServer(name="kb", log_level="WARNING")
 
@@ -53,6 +56,22 @@ def make(key: str, text: str):
 
 for key, text in DOCS.items():
     make(key, text)
+
+
+@mcp.prompt(name="briefing", description="A briefing on one document, embedded whole")
+def briefing(document: str) -> list[UserMessage]:
+    """Embeds kb://DOCUMENT (not a resources/read: nothing is logged)."""
+    return [
+        UserMessage(f"Brief me on {document}."),
+        UserMessage(
+            EmbeddedResource(
+                type="resource",
+                resource=TextResourceContents(
+                    uri=f"kb://{document}", mime_type="text/plain", text=DOCS[document]
+                ),
+            )
+        ),
+    ]
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use hostpipe_core::McpSource as _;
+use hostpipe_core::{McpSource as _, ToolContent};
 use serde::Deserialize;
 
 use super::super::dto::PromptList;
 use super::super::error::ApiResult;
 use super::super::{ApiError, Body, Params};
+use super::resources::held_to_policy;
 use super::{St, json};
 
 /// `GET /v1/servers/{server}/prompts`.
@@ -28,9 +29,14 @@ pub(crate) struct PromptBody {
 }
 
 /// `POST /v1/servers/{server}/prompts/{name}`: the prompt, or 404 `unknown_prompt`.
+///
+/// With a read or turn token, the resources the prompt embeds are held to the pipelines'
+/// consent policies as a read is ([`held_to_policy`]): a prompt that embeds one a policy
+/// does not allow is a 403 `read_withheld`.
 pub(crate) async fn get_prompt(
     State(state): St,
     Params((server, name)): Params<(String, String)>,
+    axum::Extension(scope): axum::Extension<super::super::ScopeCell>,
     Body(body): Body<PromptBody>,
 ) -> ApiResult {
     state.app.check_server(&server)?;
@@ -55,5 +61,16 @@ pub(crate) async fn get_prompt(
         }
         Err(e) => return Err(e.into()),
     };
+    if scope
+        .0
+        .get()
+        .is_none_or(|s| *s < super::super::Scope::Admin)
+    {
+        for m in &result.messages {
+            if let ToolContent::Resource { contents } = &m.content {
+                held_to_policy(&state, &server, contents.uri(), None)?;
+            }
+        }
+    }
     Ok(json(hostpipe_runners::mcp_json::get_prompt_result(&result)))
 }

@@ -123,7 +123,7 @@ pub(crate) async fn read_resource(
 /// policies: the named pipeline's whole policy (for host and model reads), else every
 /// rule of every pipeline that names this resource. Only an admin token reads past a
 /// policy (an operator's look). 403 `read_withheld` names the pipeline and the rule.
-fn held_to_policy(
+pub(crate) fn held_to_policy(
     state: &super::super::ServeState,
     server: &str,
     uri: &str,
