@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use tracing::Instrument as _;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -140,13 +141,16 @@ pub(crate) async fn call_tool(
         let state = Arc::clone(&state);
         let (server, name, pipeline_id) = (server.clone(), name.clone(), pipeline_id.clone());
         // The call runs to its end (and reaches the history) even if the caller leaves.
-        state.turns.clone().spawn(async move {
-            let p = state.current().pipelines.get(&pipeline_id).cloned()?;
-            Some(
-                p.call_tool(turn, &server, &name, body.arguments, CallOrigin::Api)
-                    .await,
-            )
-        })
+        state.turns.clone().spawn(
+            async move {
+                let p = state.current().pipelines.get(&pipeline_id).cloned()?;
+                Some(
+                    p.call_tool(turn, &server, &name, body.arguments, CallOrigin::Api)
+                        .await,
+                )
+            }
+            .in_current_span(),
+        )
     };
     let outcome = match task.await {
         Ok(Some(Ok(outcome))) => outcome,

@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -177,7 +178,7 @@ pub(crate) async fn run_turn(
     };
     // The turn runs to its end (and its reads reach the history) even when the caller
     // goes away; shutdown waits for it.
-    let task = state.turns.clone().spawn(run.run(turn));
+    let task = state.turns.clone().spawn(run.run(turn).in_current_span());
     if stream {
         return Ok(event_stream(rx));
     }

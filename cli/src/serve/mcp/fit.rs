@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use tracing::Instrument as _;
 
 use base64::Engine as _;
 use hostpipe_core::{BudgetOverride, RunRequest, Turn};
@@ -146,7 +147,7 @@ pub(super) async fn fit_context(
     let task = state
         .turns
         .clone()
-        .spawn(async move { run.outcome(turn).await });
+        .spawn(async move { run.outcome(turn).await }.in_current_span());
     let outcome = match task.await {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(e)) => return refused(format!("turn {turn_id}: {}", e.message)),

@@ -17,6 +17,7 @@ pub(crate) mod wire;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use tracing::Instrument as _;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -165,7 +166,7 @@ pub(crate) async fn chat_completions(
         let task = state
             .turns
             .clone()
-            .spawn(async move { run.outcome(turn).await });
+            .spawn(async move { run.outcome(turn).await }.in_current_span());
         let chunks = stream::Chunks {
             id: completion_id,
             model: pipeline_id,
@@ -185,7 +186,7 @@ pub(crate) async fn chat_completions(
     let task = state
         .turns
         .clone()
-        .spawn(async move { run.outcome(turn).await });
+        .spawn(async move { run.outcome(turn).await }.in_current_span());
     let outcome = joined(task.await)?;
     answerable(&outcome)?;
     let tool_calls = tools::calls(&outcome, &offered);
