@@ -276,3 +276,81 @@ stream = false
     assert!(!text.contains(ADMIN_TOKEN));
     drop(svc);
 }
+
+/// The spans still queued at shutdown go out before the process exits: with a batch
+/// delay of ten minutes, the turn's spans are at the receiver once `hostpipe serve`
+/// has exited on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spans_still_queued_are_sent_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let spans_file = dir.path().join("spans.jsonl");
+    let receiver = start_receiver(&spans_file).await;
+    let config = dir.path().join("hostpipe.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[mcp_servers.demo]
+command = {exe:?}
+args = ["demo-server"]
+
+[pipelines.previewed]
+stages = ["bind_mcp_servers", "resource_context_injection"]
+runner = "preview"
+
+[pipelines.previewed.bind_mcp_servers]
+servers = ["demo"]
+"#,
+            exe = hostpipe_tests::hostpipe_bin(),
+        ),
+    )
+    .unwrap();
+    let endpoint = format!("http://127.0.0.1:{}/v1/traces", receiver.port);
+    let mut svc = Service::start_with_env(
+        &config,
+        "memory",
+        &[],
+        &[
+            // The signal's own variable: used as it is, no `/v1/traces` appended.
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
+        ],
+    )
+    .await;
+    let res = reqwest::Client::new()
+        .post(svc.url("/v1/turns"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({
+            "pipeline": "previewed",
+            "message": "What does the config say?",
+            "attachments": [{"server": "demo", "uri": URI}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    svc.terminate();
+    assert_eq!(svc.wait(Duration::from_secs(30)).await, Some(0));
+
+    let spans = read_spans(&spans_file);
+    let turn = spans
+        .iter()
+        .find(|s| s["name"] == "turn previewed")
+        .unwrap_or_else(|| panic!("no turn span; spans: {spans:?}"));
+    // No traceparent: the HTTP span starts the trace, the turn is its child.
+    let http = spans
+        .iter()
+        .find(|s| s["name"] == "POST /v1/turns")
+        .unwrap();
+    assert_eq!(http["parent_span_id"], "");
+    assert_eq!(turn["parent_span_id"], http["span_id"]);
+    assert_eq!(turn["trace_id"], http["trace_id"]);
+    // Without OTEL_SERVICE_NAME, the service is hostpipe.
+    assert_eq!(turn["service_name"], "hostpipe");
+    let read = spans
+        .iter()
+        .find(|s| s["name"] == "resources/read")
+        .unwrap();
+    assert_eq!(read["trace_id"], turn["trace_id"]);
+    assert_eq!(read["attributes"]["mcp.resource.uri"], URI);
+}
