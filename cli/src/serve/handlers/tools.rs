@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tracing::Instrument as _;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use hostpipe_core::{CallOrigin, McpSource as _, ToolError, Turn, Variables};
 use serde::Deserialize;
+use tracing::Instrument as _;
 
 use super::super::dto::{OfferedTool, PipelineToolList, ToolCallResponse, ToolList};
 use super::super::error::{ApiResult, Query};

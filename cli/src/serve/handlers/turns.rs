@@ -6,7 +6,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tracing::Instrument as _;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -16,6 +15,7 @@ use hostpipe_core::{EventSink, HistoryMessage, Scope as PinScope, Turn, Variable
 use hostpipe_engine::{Pipeline, TurnOutcome};
 use serde::Deserialize;
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use super::super::dto::{TurnResponse, TurnStarted, document};
 use super::super::error::ApiResult;

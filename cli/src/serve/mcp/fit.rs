@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tracing::Instrument as _;
 
 use base64::Engine as _;
 use hostpipe_core::{BudgetOverride, RunRequest, Turn};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde::{Deserialize, Serialize};
+use tracing::Instrument as _;
 
 use super::{Caller, default_pipeline};
 use crate::serve::handlers::turns::{MAX_MESSAGE_BYTES, TurnRun};

@@ -17,13 +17,13 @@ pub(crate) mod wire;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tracing::Instrument as _;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hostpipe_core::{HistoryMessage, MessageImage, Role, Turn};
 use hostpipe_engine::{RunnerFailure, TurnOutcome, TurnStatus};
+use tracing::Instrument as _;
 
 use self::wire::{
     ChatCompletion, ChatRequest, Choice, Content, FinishReason, InMessage, Model, ModelList,
