@@ -13,6 +13,7 @@ pub mod eval;
 pub mod fuzzing;
 pub mod ops;
 pub mod serve;
+pub mod telemetry;
 
 use std::collections::BTreeMap;
 use std::path::Path;

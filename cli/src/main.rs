@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use commands::{GlobalArgs, SessionCommand, StandaloneCommand, StoreUse};
 use hostpipe_cli::App;
+use hostpipe_cli::telemetry::{self, Telemetry};
 
 /// Put MCP resources in front of a model: run a bot message through a pipeline.
 ///
@@ -37,45 +38,83 @@ enum Command {
     Standalone(StandaloneCommand),
 }
 
-fn init_logging(verbose: u8, command: &Command) {
+/// Sets up the log on stderr (`HOSTPIPE_LOG`, `-v`) and, when the standard `OTEL_*`
+/// variables ask for it, the OpenTelemetry trace export ([`hostpipe_cli::telemetry`]),
+/// which is returned to be shut down at exit.
+fn init_logging(verbose: u8, command: &Command) -> Option<Telemetry> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     // rmcp logs what hostpipe already reports (and its own worker noise) at WARN and
-    // ERROR; it shows from -v on. A service logs each request and its life cycle.
+    // ERROR; it shows from -v on. A service logs each request and its life cycle. The
+    // spans exported to OpenTelemetry show in the log from -vv on.
     let (serve, log_json) = match command {
         Command::Standalone(StandaloneCommand::Serve(args)) => (true, args.log_json),
         _ => (false, false),
     };
     let default = match verbose {
         0 if serve => {
-            "warn,rmcp=off,sqlx=error,hostpipe::access=info,hostpipe::turns=info,hostpipe_cli::serve=info"
+            "warn,rmcp=off,sqlx=error,hostpipe::access=info,hostpipe::turns=info,hostpipe_cli::serve=info,hostpipe::span=off"
         }
-        0 => "warn,rmcp=off,sqlx=error",
-        1 => "info,rmcp=warn",
+        0 => "warn,rmcp=off,sqlx=error,hostpipe::span=off",
+        1 => "info,rmcp=warn,hostpipe::span=off",
         2 => "debug",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("HOSTPIPE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if log_json {
-        builder.json().with_current_span(false).init();
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = if log_json {
+        fmt.json()
+            .with_current_span(false)
+            .with_filter(filter)
+            .boxed()
     } else {
-        builder
-            .with_ansi(std::io::stderr().is_terminal())
+        fmt.with_ansi(std::io::stderr().is_terminal())
             .with_target(serve)
-            .init();
+            .with_filter(filter)
+            .boxed()
+    };
+    let choice = telemetry::choose(|name| std::env::var(name).ok());
+    let (telemetry, problem) = match choice {
+        telemetry::TracesChoice::Otlp => match Telemetry::from_env() {
+            Ok(t) => (Some(t), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        telemetry::TracesChoice::Unsupported(why) => {
+            (None, Some(format!("OpenTelemetry traces are off: {why}")))
+        }
+        telemetry::TracesChoice::NotAsked | telemetry::TracesChoice::Disabled(_) => (None, None),
+    };
+    let mut layers = vec![fmt];
+    if let Some(t) = &telemetry {
+        layers.push(t.layer());
+    }
+    tracing_subscriber::registry().with(layers).init();
+    if let Some(problem) = problem {
+        tracing::warn!("{problem}");
+    }
+    telemetry
+}
+
+/// Sends the spans still queued, off the runtime's workers (the exporter blocks).
+async fn shutdown_telemetry(telemetry: Option<Telemetry>) {
+    let Some(telemetry) = telemetry else { return };
+    let done = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    if let Ok(Err(e)) = done {
+        tracing::warn!(error = %e, "OpenTelemetry: the last spans could not be sent");
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose, &cli.command);
+    let telemetry = init_logging(cli.verbose, &cli.command);
     let result = match cli.command {
         Command::Standalone(command) => command.execute(&cli.global, interrupted()).await,
         Command::Session(command) => session(&cli.global, command).await,
     };
+    shutdown_telemetry(telemetry).await;
     match result {
         Ok(code) => code,
         Err(e) => {

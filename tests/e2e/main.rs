@@ -26,6 +26,7 @@ mod live;
 mod mcp_door;
 mod oauth;
 mod openai_endpoint;
+mod otel;
 mod prompts;
 mod protocol;
 mod python;

@@ -14,6 +14,7 @@ mod dto;
 pub mod elicitor;
 mod error;
 mod handlers;
+mod http_span;
 mod mcp;
 mod openai;
 mod reload;
@@ -350,6 +351,7 @@ pub(crate) fn router(state: Arc<ServeState>) -> Router {
         .route("/oauth/callback", get(handlers::login::oauth_callback))
         .fallback(router::not_found)
         .method_not_allowed_fallback(router::method_not_allowed)
+        .layer(axum::middleware::from_fn(http_span::http_span))
         .layer(axum::middleware::from_fn(security_headers))
         .layer(axum::middleware::from_fn(access_log))
         .with_state(state)

@@ -13,11 +13,14 @@ use hostpipe_core::stage::Stage;
 use hostpipe_core::trace::TraceEvent;
 use hostpipe_core::turn::Turn;
 
+use tracing::Instrument as _;
+
 use crate::layer::{CatchPanic, ReportFailure, Timeout};
 use crate::store::AttachmentStore;
 
 mod history;
 mod outcome;
+mod spans;
 mod stages;
 mod tools;
 
@@ -309,14 +312,22 @@ impl Pipeline {
             turn.deadline = self.turn_timeout.map(|t| started + t);
         }
         turn.ids.pipeline.clone_from(&self.id);
-        match self.elicit_scope(&turn) {
+        let span = spans::turn(&turn);
+        let outcome = match self.elicit_scope(&turn) {
             Some(scope) => {
                 scope
                     .run(self.run_turn_scoped(turn, tap, deadline, runner))
+                    .instrument(span.clone())
                     .await
             }
-            None => self.run_turn_scoped(turn, tap, deadline, runner).await,
-        }
+            None => {
+                self.run_turn_scoped(turn, tap, deadline, runner)
+                    .instrument(span.clone())
+                    .await
+            }
+        };
+        spans::turn_ended(&span, &outcome);
+        outcome
     }
 
     async fn run_turn_scoped(
@@ -333,7 +344,11 @@ impl Pipeline {
         request.deadline = deadline;
         let (name, runner) = runner.unwrap_or((&self.runner_name, self.runner.as_ref()));
         let layered = Timeout::new(ReportFailure::new(CatchPanic::new(runner)), None);
-        let result = collect_reply_tapped(&layered, &request, tap).await;
+        let span = spans::run(name);
+        let result = collect_reply_tapped(&layered, &request, tap)
+            .instrument(span.clone())
+            .await;
+        spans::run_ended(&span, result.as_ref().err());
         // The model's own reads (read_resource) and tool calls happened during the runner.
         let (reads, calls) = (trace.reads().count(), trace.tool_calls().count());
         if trace.collect_reported() > 0 {

@@ -83,6 +83,18 @@ pub enum TurnStatus {
 }
 
 impl TurnStatus {
+    /// `completed`, `ended`, `stage_failed`, `runner_failed` or `timed_out`: the
+    /// serialized form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Ended => "ended",
+            Self::StageFailed => "stage_failed",
+            Self::RunnerFailed => "runner_failed",
+            Self::TimedOut => "timed_out",
+        }
+    }
+
     /// Whether the turn failed: a stage or the runner failed, or the time ran out.
     pub fn is_failure(self) -> bool {
         matches!(

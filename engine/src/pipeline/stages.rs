@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use futures_util::FutureExt as _;
 use hostpipe_core::{MessageKey, RunRequest, StageOutcome, StageOutcomeKind, TraceEvent, Turn};
+use tracing::Instrument as _;
 
 use super::{Pipeline, Prepared, TurnOutcome, TurnStatus};
 
@@ -18,16 +19,18 @@ impl Pipeline {
             });
             // A stage that panics (a plugin's bug, a library's) ends this turn with an
             // error, not the platform's worker.
-            let result = match std::panic::AssertUnwindSafe(s.stage.process(turn))
-                .catch_unwind()
-                .await
-            {
-                Ok(result) => result,
-                Err(panic) => Err(hostpipe_core::StageError::msg(format!(
-                    "it panicked: {}",
-                    crate::layer::panic_message(panic.as_ref())
-                ))),
-            };
+            let span = super::spans::stage(&s.name);
+            let result =
+                match std::panic::AssertUnwindSafe(s.stage.process(turn).instrument(span.clone()))
+                    .catch_unwind()
+                    .await
+                {
+                    Ok(result) => result,
+                    Err(panic) => Err(hostpipe_core::StageError::msg(format!(
+                        "it panicked: {}",
+                        crate::layer::panic_message(panic.as_ref())
+                    ))),
+                };
             let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let (outcome, end) = match result {
                 Ok(StageOutcome::Continue) => (StageOutcomeKind::Continue, None),
@@ -47,6 +50,7 @@ impl Pipeline {
                     )
                 }
             };
+            super::spans::stage_ended(&span, outcome);
             turn.trace.record(TraceEvent::StageFinished {
                 stage: s.name.clone(),
                 outcome,

@@ -44,6 +44,7 @@ use hostpipe_core::{
 };
 use serde::Deserialize;
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use self::stream::{StreamAnswer, ToolCall, Turned};
 pub use self::tools::model_schema;
@@ -170,6 +171,72 @@ impl LocalAgentRunner {
         })
     }
 
+    /// [`LocalAgentRunner::call`] in its `chat {model}` span (GenAI semantic
+    /// conventions, inference client span: kind client, `gen_ai.operation.name` =
+    /// `chat`, `gen_ai.provider.name` = `openai` for the OpenAI API, whoever serves it,
+    /// `gen_ai.request.model`, `server.address`, `server.port`, and the usage the
+    /// upstream reported as `gen_ai.usage.input_tokens` / `output_tokens`). A failed
+    /// call has status error and `error.type` (the HTTP status, or the error's kind).
+    async fn traced_call(
+        &self,
+        body: &ChatRequest<'_>,
+        events: &EventSink,
+    ) -> Result<Turned, RunError> {
+        use tracing::field::Empty;
+        let span = tracing::info_span!(
+            target: "hostpipe::span",
+            "chat",
+            otel.name = Empty,
+            otel.kind = "client",
+            otel.status_code = Empty,
+            "gen_ai.operation.name" = "chat",
+            "gen_ai.provider.name" = "openai",
+            "gen_ai.request.model" = self.config.model.as_str(),
+            "gen_ai.usage.input_tokens" = Empty,
+            "gen_ai.usage.output_tokens" = Empty,
+            "server.address" = Empty,
+            "server.port" = Empty,
+            "error.type" = Empty,
+        );
+        if span.is_disabled() {
+            return self.call(body, events).await;
+        }
+        span.record("otel.name", format!("chat {}", self.config.model));
+        if let Ok(url) = reqwest::Url::parse(&self.url) {
+            if let Some(host) = url.host_str() {
+                span.record("server.address", host);
+            }
+            if let Some(port) = url.port_or_known_default() {
+                span.record("server.port", i64::from(port));
+            }
+        }
+        let result = self.call(body, events).instrument(span.clone()).await;
+        match &result {
+            Ok(turned) => {
+                if let Some(u) = turned.usage {
+                    // As i64: the OpenTelemetry layer records u64 as text.
+                    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                    span.record("gen_ai.usage.input_tokens", count(u.input_tokens));
+                    span.record("gen_ai.usage.output_tokens", count(u.output_tokens));
+                }
+            }
+            Err(e) => {
+                let error_type = match e {
+                    RunError::Auth { status, .. } | RunError::Server { status, .. } => {
+                        status.to_string()
+                    }
+                    RunError::RateLimited { .. } => "429".into(),
+                    RunError::ContextTooLong { .. } => "context_length_exceeded".into(),
+                    RunError::Timeout(_) => "timeout".into(),
+                    _ => "_OTHER".into(),
+                };
+                span.record("otel.status_code", "error");
+                span.record("error.type", error_type);
+            }
+        }
+        result
+    }
+
     /// One model call with `body`: the assistant's text, its tool calls, and usage.
     /// Text is reported as deltas as it comes.
     async fn call(&self, body: &ChatRequest<'_>, events: &EventSink) -> Result<Turned, RunError> {
@@ -263,7 +330,7 @@ impl LocalAgentRunner {
         for _ in 0..self.config.max_rounds {
             fit_messages(&mut messages, limit, &tk)?;
             let body = ChatRequest::new(&self.config, &messages, &tools);
-            let mut turned = self.call(&body, events).await?;
+            let mut turned = self.traced_call(&body, events).await?;
             if turned.cut {
                 turned.text.push_str(CUT_MARKER);
                 events
@@ -365,7 +432,11 @@ impl Round<'_> {
     async fn run_calls(&self, calls: &[ToolCall], messages: &mut Vec<Message>) {
         let mut images = Vec::new();
         for call in calls {
-            let (text, mut more) = self.run_call(call, messages).await;
+            let span = tool_span(call);
+            let (text, mut more) = self
+                .run_call(call, messages, &span)
+                .instrument(span.clone())
+                .await;
             images.append(&mut more);
             messages.push(Message::Tool {
                 tool_call_id: call.id.clone(),
@@ -384,7 +455,12 @@ impl Round<'_> {
     }
 
     /// Runs one call: the `tool` message's text and the result's images.
-    async fn run_call(&self, call: &ToolCall, messages: &[Message]) -> (String, Vec<ContentPart>) {
+    async fn run_call(
+        &self,
+        call: &ToolCall,
+        messages: &[Message],
+        span: &tracing::Span,
+    ) -> (String, Vec<ContentPart>) {
         let arguments: Value = match serde_json::from_str(&call.arguments) {
             Ok(v) => v,
             Err(e) => {
@@ -409,6 +485,7 @@ impl Round<'_> {
                         is_error: true,
                     })
                     .await;
+                tool_failed(span, "invalid_arguments");
                 return (
                     format!("Error: the arguments are not valid JSON: {e}"),
                     Vec::new(),
@@ -443,6 +520,10 @@ impl Round<'_> {
             .max(self.limit / NEWEST_RESULT_SHARE);
         let (text, images, is_error) = match self.executor.call(&call.name, arguments).await {
             Ok(result) => {
+                if result.is_error {
+                    // The tool ran and failed (or the call was withheld).
+                    tool_failed(span, "tool_error");
+                }
                 let (text, images) = tool_result_text(
                     &result,
                     server.as_deref(),
@@ -453,8 +534,12 @@ impl Round<'_> {
                 );
                 (text, images, result.is_error)
             }
-            Err(e) => (format!("Error: {e}"), Vec::new(), true),
+            Err(e) => {
+                tool_failed(span, "tool_call_failed");
+                (format!("Error: {e}"), Vec::new(), true)
+            }
         };
+
         self.events
             .emit(RunEvent::ToolCallFinished {
                 id: call.id.clone(),
@@ -464,6 +549,34 @@ impl Round<'_> {
             .await;
         (text, images)
     }
+}
+
+/// The span of one tool call the model made, `execute_tool {gen_ai.tool.name}` (GenAI
+/// semantic conventions, "Execute tool span": kind internal, `gen_ai.operation.name` =
+/// `execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type` =
+/// `function`). The MCP `tools/call` it makes is its child.
+fn tool_span(call: &ToolCall) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: "hostpipe::span",
+        "execute_tool",
+        otel.name = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        "gen_ai.operation.name" = "execute_tool",
+        "gen_ai.tool.name" = call.name.as_str(),
+        "gen_ai.tool.call.id" = call.id.as_str(),
+        "gen_ai.tool.type" = "function",
+        "error.type" = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        span.record("otel.name", format!("execute_tool {}", call.name));
+    }
+    span
+}
+
+/// Marks a tool call's span failed, with `error.type`.
+fn tool_failed(span: &tracing::Span, error_type: &'static str) {
+    span.record("otel.status_code", "error");
+    span.record("error.type", error_type);
 }
 
 fn build(section: &Value, _: &BuildContext) -> Result<Box<dyn Runner>, ConfigError> {

@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use hostpipe_core::{CallOrigin, McpSource as _, ToolError, Turn, Variables};
 use serde::Deserialize;
+use tracing::Instrument as _;
 
 use super::super::dto::{OfferedTool, PipelineToolList, ToolCallResponse, ToolList};
 use super::super::error::{ApiResult, Query};
@@ -140,13 +141,16 @@ pub(crate) async fn call_tool(
         let state = Arc::clone(&state);
         let (server, name, pipeline_id) = (server.clone(), name.clone(), pipeline_id.clone());
         // The call runs to its end (and reaches the history) even if the caller leaves.
-        state.turns.clone().spawn(async move {
-            let p = state.current().pipelines.get(&pipeline_id).cloned()?;
-            Some(
-                p.call_tool(turn, &server, &name, body.arguments, CallOrigin::Api)
-                    .await,
-            )
-        })
+        state.turns.clone().spawn(
+            async move {
+                let p = state.current().pipelines.get(&pipeline_id).cloned()?;
+                Some(
+                    p.call_tool(turn, &server, &name, body.arguments, CallOrigin::Api)
+                        .await,
+                )
+            }
+            .in_current_span(),
+        )
     };
     let outcome = match task.await {
         Ok(Some(Ok(outcome))) => outcome,

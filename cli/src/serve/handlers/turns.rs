@@ -15,6 +15,7 @@ use hostpipe_core::{EventSink, HistoryMessage, Scope as PinScope, Turn, Variable
 use hostpipe_engine::{Pipeline, TurnOutcome};
 use serde::Deserialize;
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use super::super::dto::{TurnResponse, TurnStarted, document};
 use super::super::error::ApiResult;
@@ -177,7 +178,7 @@ pub(crate) async fn run_turn(
     };
     // The turn runs to its end (and its reads reach the history) even when the caller
     // goes away; shutdown waits for it.
-    let task = state.turns.clone().spawn(run.run(turn));
+    let task = state.turns.clone().spawn(run.run(turn).in_current_span());
     if stream {
         return Ok(event_stream(rx));
     }

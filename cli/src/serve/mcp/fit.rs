@@ -13,6 +13,7 @@ use base64::Engine as _;
 use hostpipe_core::{BudgetOverride, RunRequest, Turn};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde::{Deserialize, Serialize};
+use tracing::Instrument as _;
 
 use super::{Caller, default_pipeline};
 use crate::serve::handlers::turns::{MAX_MESSAGE_BYTES, TurnRun};
@@ -146,7 +147,7 @@ pub(super) async fn fit_context(
     let task = state
         .turns
         .clone()
-        .spawn(async move { run.outcome(turn).await });
+        .spawn(async move { run.outcome(turn).await }.in_current_span());
     let outcome = match task.await {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(e)) => return refused(format!("turn {turn_id}: {}", e.message)),

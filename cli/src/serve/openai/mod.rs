@@ -23,6 +23,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hostpipe_core::{HistoryMessage, MessageImage, Role, Turn};
 use hostpipe_engine::{RunnerFailure, TurnOutcome, TurnStatus};
+use tracing::Instrument as _;
 
 use self::wire::{
     ChatCompletion, ChatRequest, Choice, Content, FinishReason, InMessage, Model, ModelList,
@@ -165,7 +166,7 @@ pub(crate) async fn chat_completions(
         let task = state
             .turns
             .clone()
-            .spawn(async move { run.outcome(turn).await });
+            .spawn(async move { run.outcome(turn).await }.in_current_span());
         let chunks = stream::Chunks {
             id: completion_id,
             model: pipeline_id,
@@ -185,7 +186,7 @@ pub(crate) async fn chat_completions(
     let task = state
         .turns
         .clone()
-        .spawn(async move { run.outcome(turn).await });
+        .spawn(async move { run.outcome(turn).await }.in_current_span());
     let outcome = joined(task.await)?;
     answerable(&outcome)?;
     let tool_calls = tools::calls(&outcome, &offered);

@@ -26,6 +26,7 @@ mod oauth;
 mod observed;
 mod options;
 mod slot;
+mod span;
 mod subscribe;
 #[cfg(test)]
 mod tests;
@@ -60,7 +61,8 @@ use connect::connect;
 use lists::refresh_lists;
 pub use oauth::{LoginError, PendingLogin, redirect_error, redirect_state};
 pub use options::{Elicitation, HostOptions};
-use slot::{Signal, Signals, Slot, State, Which, timed};
+use slot::{Signal, Signals, Slot, State, Which, timed, timed_call};
+use span::Call;
 use subscribe::subscribe_once;
 
 /// Most `input_required` rounds a read, a prompt or a tool call may take (MCP
@@ -599,7 +601,8 @@ impl McpSource for McpHost {
                 // "Caching"). Such a read starts again, driven by the session.
                 let params = ReadResourceRequestParams::new(uri);
                 let once = peer.read_resource_once(params.clone());
-                let (result, driven) = match timed(&slot, "resources/read", timeout, once).await? {
+                let call = Call::new(&slot, "resources/read").uri(uri);
+                let (result, driven) = match timed_call(&slot, &call, timeout, once).await? {
                     ReadResourceResponse::Complete(result) => (result, false),
                     // `input_required` (or a kind this rmcp does not name).
                     _ => {
@@ -612,7 +615,8 @@ impl McpSource for McpHost {
                             });
                         };
                         let read = session.read_resource_with_mrtr_max_rounds(params, MRTR_MAX_ROUNDS);
-                        (timed(&slot, "resources/read", timeout, read).await?, true)
+                        let call = Call::new(&slot, "resources/read").uri(uri);
+                        (timed_call(&slot, &call, timeout, read).await?, true)
                     }
                 };
                 let contents = result
@@ -642,12 +646,13 @@ impl McpSource for McpHost {
             .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
             .collect();
         let params = GetPromptRequestParams::new(name).with_arguments(args);
+        let call = Call::new(&slot, "prompts/get").prompt(name);
         let result = match slot.session().await {
             Some(session) => {
                 let get = session.get_prompt_with_mrtr_max_rounds(params, MRTR_MAX_ROUNDS);
-                timed(&slot, "prompts/get", timeout, get).await?
+                timed_call(&slot, &call, timeout, get).await?
             }
-            None => timed(&slot, "prompts/get", timeout, peer.get_prompt(params)).await?,
+            None => timed_call(&slot, &call, timeout, peer.get_prompt(params)).await?,
         };
         convert::prompt_result(server, result)
     }
@@ -698,13 +703,18 @@ impl McpSource for McpHost {
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
+        let call = Call::new(&slot, "tools/call").tool(tool);
         let result = match slot.session().await {
             Some(session) => {
-                let call = session.call_tool_with_mrtr_max_rounds(params, MRTR_MAX_ROUNDS);
-                timed(&slot, "tools/call", timeout, call).await?
+                let run = session.call_tool_with_mrtr_max_rounds(params, MRTR_MAX_ROUNDS);
+                timed_call(&slot, &call, timeout, run).await?
             }
-            None => timed(&slot, "tools/call", timeout, peer.call_tool(params)).await?,
+            None => timed_call(&slot, &call, timeout, peer.call_tool(params)).await?,
         };
+        if result.is_error == Some(true) {
+            // The tool ran and failed: the conventions' `tool_error`.
+            call.failed_with("tool_error");
+        }
         convert::tool_result(server, result)
     }
 }

@@ -18,7 +18,10 @@ use rmcp::service::RunningService;
 use rmcp::{Peer, RoleClient, ServiceError};
 use tokio::sync::{mpsc, watch};
 
+use tracing::Instrument as _;
+
 use super::options::HostOptions;
+use super::span::Call;
 use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 
@@ -680,6 +683,32 @@ impl Slot {
 /// waiting for its user (an elicitation) does not count against `timeout`
 /// ([`super::elicit::Budget`]).
 pub(super) async fn timed<T>(
+    slot: &Slot,
+    method: &'static str,
+    timeout: Duration,
+    fut: impl Future<Output = Result<T, ServiceError>>,
+) -> Result<T, SourceError> {
+    timed_call(slot, &Call::new(slot, method), timeout, fut).await
+}
+
+/// [`timed`], for a request described by `call` ([`Call`]): it runs in the call's
+/// span, which records a failure.
+pub(super) async fn timed_call<T>(
+    slot: &Slot,
+    call: &Call,
+    timeout: Duration,
+    fut: impl Future<Output = Result<T, ServiceError>>,
+) -> Result<T, SourceError> {
+    let result = timed_in(slot, call.method, timeout, fut)
+        .instrument(call.span().clone())
+        .await;
+    if let Err(e) = &result {
+        call.failed(e);
+    }
+    result
+}
+
+async fn timed_in<T>(
     slot: &Slot,
     method: &'static str,
     timeout: Duration,

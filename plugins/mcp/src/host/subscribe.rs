@@ -12,7 +12,8 @@ use rmcp::model::{SubscribeRequestParams, SubscriptionFilter};
 use rmcp::service::{Subscription, SubscriptionEnd};
 use rmcp::{Peer, RoleClient};
 
-use super::slot::{Listener, Slot, timed};
+use super::slot::{Listener, Slot, timed_call};
+use super::span::Call;
 
 /// Subscribes to updates of `uri` unless already subscribed on this connection:
 /// `resources/subscribe` on a 2025-11-25 connection, a new `subscriptions/listen` with
@@ -39,7 +40,8 @@ pub(super) async fn subscribe_once(
     }
     #[allow(deprecated)] // legacy-only in rmcp 3.11; the right call on `initialize` sessions
     let call = peer.subscribe(SubscribeRequestParams::new(uri));
-    if let Err(e) = timed(slot, "resources/subscribe", timeout, call).await {
+    let about = Call::new(slot, "resources/subscribe").uri(uri);
+    if let Err(e) = timed_call(slot, &about, timeout, call).await {
         tracing::info!(server = %slot.config.name, %uri, error = %e, "resources/subscribe failed");
         slot.unmark_subscribed(uri);
     }
