@@ -246,6 +246,32 @@ async fn a_2026_07_28_only_server_works_over_stdio() {
     host.shutdown().await;
 }
 
+/// A server slow to start (a cold `npx` install, a loaded machine) answers the
+/// `server/discover` probe after rmcp gave up on it (10 s) and sent `initialize`. rmcp
+/// takes that late answer for the answer to `initialize` and fails; hostpipe reads the
+/// era from it and connects again at once without a probe.
+#[tokio::test]
+async fn a_late_answer_to_the_probe_connects_again_without_a_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("started");
+    let python = hostpipe_tests::python("late", "late_probe_server.py");
+    let hostpipe_mcp::TransportConfig::Stdio { command, args, .. } = &python.transport else {
+        unreachable!("a stdio server")
+    };
+    let config = hostpipe_mcp::ServerConfig::stdio(
+        "late",
+        command.clone(),
+        [args[0].clone(), mark.display().to_string()],
+    );
+    let host = connect(vec![config]).await;
+    assert!(mark.exists(), "the slow first start ran");
+    let server = &host.servers()[0];
+    assert!(server.status.is_connected(), "{:?}", server.status);
+    assert_eq!(server.protocol_version.as_deref(), Some("2025-11-25"));
+    assert!(server.counts.resources > 0, "{:?}", server.counts);
+    host.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_2026_07_28_only_server_works_over_streamable_http() {
     let server = ModernOnlyHttp::start().await;

@@ -32,6 +32,16 @@ use crate::convert;
 pub(crate) enum Refused {
     /// The connect failed; the reason, for the status.
     Failed(String),
+    /// rmcp's `Auto` probe gave up on `server/discover` (after 10 s) and sent
+    /// `initialize`, and then the server's late answer to the probe came: a server slow
+    /// to start (a cold `npx` install, a loaded machine). The answer tells its era
+    /// ([`late_probe_answer`]); connecting again in that era needs no probe.
+    LateProbe {
+        /// What the answer showed.
+        era: Era,
+        /// The reason, for the status if the second try fails too.
+        reason: String,
+    },
     /// The server wants OAuth credentials hostpipe does not have (a 401): status
     /// `needs_login`, no reconnect loop.
     NeedsLogin {
@@ -73,11 +83,35 @@ pub(super) async fn within(
     }
 }
 
-/// Starts the server's transport (a new connection number) and does the handshake.
+/// Starts the server's transport and does the handshake; after a [`Refused::LateProbe`],
+/// once more in the era the late answer showed.
 async fn establish(
     slot: &Arc<Slot>,
     options: &HostOptions,
     cache: Arc<ContentCache>,
+) -> Result<Session, Refused> {
+    match establish_in(slot, options, Arc::clone(&cache), lifecycle(slot)).await {
+        Err(Refused::LateProbe { era, reason }) => {
+            tracing::info!(server = %slot.config.name, %reason, ?era, "the server answered the `server/discover` probe after rmcp gave up on it; connecting again without a probe");
+            slot.stop_child().await;
+            establish_in(slot, options, cache, era_lifecycle(era))
+                .await
+                .map_err(|e| match e {
+                    Refused::LateProbe { reason, .. } => Refused::Failed(reason),
+                    e => e,
+                })
+        }
+        other => other,
+    }
+}
+
+/// Starts the server's transport (a new connection number) and does the handshake
+/// `lifecycle`.
+async fn establish_in(
+    slot: &Arc<Slot>,
+    options: &HostOptions,
+    cache: Arc<ContentCache>,
+    lifecycle: ClientLifecycleMode,
 ) -> Result<Session, Refused> {
     let client = handler(options, slot);
     let conn = slot.new_connection();
@@ -91,13 +125,13 @@ async fn establish(
         } => {
             let cmd = stdio::command(command, args, env, inherit_env, cwd.as_deref());
             let transport = stdio::spawn(slot, cmd, command, options.max_message_bytes)?;
-            serve(client, transport, slot, cache, conn).await
+            serve(client, transport, slot, cache, conn, lifecycle).await
         }
         TransportConfig::StreamableHttp { url, headers, auth } => {
             let config = http::config(url, headers, options.max_message_bytes)?;
             if matches!(auth, AuthConfig::None) {
                 let transport = StreamableHttpClientTransport::from_config(config);
-                return serve(client, transport, slot, cache, conn).await;
+                return serve(client, transport, slot, cache, conn, lifecycle).await;
             }
             let manager = oauth::manager(&slot.config.name, url, auth, slot.vault())
                 .await
@@ -113,7 +147,7 @@ async fn establish(
                 oauth::keep_renewing(&slot.config.name, url, cc, &http.auth_manager);
             }
             let transport = StreamableHttpClientTransport::with_client(http, config);
-            serve(client, transport, slot, cache, conn).await
+            serve(client, transport, slot, cache, conn, lifecycle).await
         }
     }
 }
@@ -147,12 +181,12 @@ pub(super) async fn serve<T>(
     slot: &Arc<Slot>,
     cache: Arc<ContentCache>,
     conn: u64,
+    lifecycle: ClientLifecycleMode,
 ) -> Result<Session, Refused>
 where
     T: Transport<RoleClient> + Send + 'static,
     T::Error: std::error::Error + Send + Sync + 'static,
 {
-    let lifecycle = lifecycle(slot);
     let probing = matches!(lifecycle, ClientLifecycleMode::Auto { .. });
     let handshake = if matches!(lifecycle, ClientLifecycleMode::Initialize) {
         "`initialize`"
@@ -178,6 +212,9 @@ where
                 };
             }
             let mut reason = format!("{handshake} failed: {}", convert::describe_init(&e));
+            if probing && let Some(era) = late_probe_answer(&e) {
+                return Refused::LateProbe { era, reason };
+            }
             // Only a process can exit on the probe; an HTTP server that does not know
             // `server/discover` answers it, and rmcp falls back to `initialize`.
             if probing && matches!(slot.config.transport, TransportConfig::Stdio { .. }) {
@@ -189,18 +226,41 @@ where
         })
 }
 
+/// The era a late answer to rmcp's `Auto` probe shows ([`Refused::LateProbe`]): rmcp
+/// sends `server/discover` (id 0), gives up after 10 s and sends `initialize` (id 1), and
+/// takes the next response for the answer to `initialize`. A result with another id is
+/// the probe's result: a 2026-07-28 server. An error with another id is the probe
+/// refused: an older server (method not found).
+fn late_probe_answer(e: &rmcp::service::ClientInitializeError) -> Option<Era> {
+    use rmcp::service::ClientInitializeError as E;
+    match e {
+        E::ConflictInitResponseId(..) => Some(Era::Modern),
+        E::UncorrelatedErrorResponse { .. } => Some(Era::Legacy),
+        _ => None,
+    }
+}
+
+/// The handshake of a server of `era`, without a probe.
+fn era_lifecycle(era: Era) -> ClientLifecycleMode {
+    match era {
+        Era::Legacy => ClientLifecycleMode::Initialize,
+        Era::Modern => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    }
+}
+
 /// How to start a session with `slot`'s server: its config's `protocol`, else what an
 /// earlier connection found, else the probe (spec 2026-07-28, "Transports", backward
 /// compatibility: `server/discover`, falling back to `initialize`).
 fn lifecycle(slot: &Slot) -> ClientLifecycleMode {
-    let modern = || ClientLifecycleMode::Discover {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-    };
     match (slot.config.protocol, slot.era()) {
         (ProtocolMode::Legacy, _) | (ProtocolMode::Auto, Some(Era::Legacy)) => {
-            ClientLifecycleMode::Initialize
+            era_lifecycle(Era::Legacy)
         }
-        (ProtocolMode::Modern, _) | (ProtocolMode::Auto, Some(Era::Modern)) => modern(),
+        (ProtocolMode::Modern, _) | (ProtocolMode::Auto, Some(Era::Modern)) => {
+            era_lifecycle(Era::Modern)
+        }
         (ProtocolMode::Auto, None) => ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
@@ -229,7 +289,7 @@ pub(super) async fn finish(
             slot.write().status = Some(ServerStatus::NeedsLogin { reason });
             return;
         }
-        Err(Refused::Failed(reason)) => {
+        Err(Refused::Failed(reason) | Refused::LateProbe { reason, .. }) => {
             tracing::info!(server = %name, %reason, stderr = ?slot.stderr_tail(), "MCP server failed to connect");
             slot.stop_child().await;
             slot.write().status = Some(ServerStatus::Failed { reason });
