@@ -166,6 +166,7 @@ pub(super) async fn connected_to<S: ServerHandler>(
         &slot,
         Arc::clone(&host.cache),
         conn,
+        connect::lifecycle(&slot),
     );
     let established = connect::within(host.options.connect_timeout, established).await;
     connect::finish(&slot, &host.options, established).await;

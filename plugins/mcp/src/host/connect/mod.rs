@@ -253,7 +253,7 @@ fn era_lifecycle(era: Era) -> ClientLifecycleMode {
 /// How to start a session with `slot`'s server: its config's `protocol`, else what an
 /// earlier connection found, else the probe (spec 2026-07-28, "Transports", backward
 /// compatibility: `server/discover`, falling back to `initialize`).
-fn lifecycle(slot: &Slot) -> ClientLifecycleMode {
+pub(super) fn lifecycle(slot: &Slot) -> ClientLifecycleMode {
     match (slot.config.protocol, slot.era()) {
         (ProtocolMode::Legacy, _) | (ProtocolMode::Auto, Some(Era::Legacy)) => {
             era_lifecycle(Era::Legacy)
