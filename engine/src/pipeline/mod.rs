@@ -1,7 +1,7 @@
 //! The pipeline executor: runs a pipeline's stages in order, then its runner
 //! ([`Pipeline`]); the store calls around them (`history.rs`), the stages' loop
-//! (`stages.rs`), tool calls made outside a model's turn (`tools.rs`) and what a turn
-//! came to (`outcome.rs`).
+//! (`stages.rs`), tool calls made outside a model's turn (`tools.rs`), what a turn
+//! came to (`outcome.rs`) and who is told (`observe.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,9 +16,12 @@ use crate::layer::{CatchPanic, ReportFailure, Timeout};
 use crate::store::AttachmentStore;
 
 mod history;
+mod observe;
 mod outcome;
 mod stages;
 mod tools;
+
+pub use observe::{PipelineObserver, TurnEnd, TurnReport};
 
 pub use outcome::{
     CallerReadOutcome, Prepared, RunnerFailure, ToolCallOutcome, TurnOutcome, TurnStatus,
@@ -62,6 +65,7 @@ pub struct Pipeline {
         Arc<dyn hostpipe_core::Elicitor>,
         hostpipe_core::ElicitationSettings,
     )>,
+    observer: Option<Arc<dyn PipelineObserver>>,
 }
 
 impl Pipeline {
@@ -94,6 +98,7 @@ impl Pipeline {
             store: None,
             consent: None,
             elicitation: None,
+            observer: None,
         }
     }
 
@@ -206,7 +211,29 @@ impl Pipeline {
 
     /// Runs the stages over `turn` and builds the [`RunRequest`](hostpipe_core::RunRequest), without running the
     /// runner. Sets the turn's pipeline id, model and (if unset) system prompt first.
-    pub async fn prepare(&self, mut turn: Turn) -> Prepared {
+    /// The observer sees it as a turn ending [`TurnEnd::Prepared`] (or as the stage
+    /// that ended it left it).
+    pub async fn prepare(&self, turn: Turn) -> Prepared {
+        let started = Instant::now();
+        let prepared = self.prepare_unobserved(turn).await;
+        let report = match &prepared {
+            Prepared::Request(request, trace) => TurnReport {
+                pipeline: &self.id,
+                end: TurnEnd::Prepared,
+                duration: started.elapsed(),
+                model: None,
+                request: Some(request),
+                trace,
+            },
+            Prepared::Ended(outcome) => TurnReport::of(&self.id, outcome, started.elapsed()),
+        };
+        self.observe_turn(&report);
+        prepared
+    }
+
+    /// [`Pipeline::prepare`], not reported to the observer as a turn (a whole turn is,
+    /// once it ends).
+    async fn prepare_unobserved(&self, mut turn: Turn) -> Prepared {
         self.begin(&mut turn);
         self.load_pins(&mut turn).await;
         let prepared = self.run_stages(&mut turn).await;
@@ -292,14 +319,16 @@ impl Pipeline {
             turn.deadline = self.turn_timeout.map(|t| started + t);
         }
         turn.ids.pipeline.clone_from(&self.id);
-        match self.elicit_scope(&turn) {
+        let outcome = match self.elicit_scope(&turn) {
             Some(scope) => {
                 scope
                     .run(self.run_turn_scoped(turn, tap, deadline, runner))
                     .await
             }
             None => self.run_turn_scoped(turn, tap, deadline, runner).await,
-        }
+        };
+        self.observe_turn(&TurnReport::of(&self.id, &outcome, started.elapsed()));
+        outcome
     }
 
     async fn run_turn_scoped(
@@ -309,20 +338,30 @@ impl Pipeline {
         deadline: Option<Instant>,
         runner: Option<(&str, &dyn Runner)>,
     ) -> TurnOutcome {
-        let (mut request, mut trace) = match self.prepare(turn).await {
+        let (mut request, mut trace) = match self.prepare_unobserved(turn).await {
             Prepared::Request(request, trace) => (request, trace),
             Prepared::Ended(outcome) => return outcome,
         };
         request.deadline = deadline;
         let (name, runner) = runner.unwrap_or((&self.runner_name, self.runner.as_ref()));
         let layered = Timeout::new(ReportFailure::new(CatchPanic::new(runner)), None);
+        let run_started = Instant::now();
         let result = collect_reply_tapped(&layered, &request, tap).await;
+        let run_elapsed = run_started.elapsed();
         // The model's own reads (read_resource) and tool calls happened during the runner.
         let (reads, calls) = (trace.reads().count(), trace.tool_calls().count());
         if trace.collect_reported() > 0 {
             self.record_reads(&request.ids, &mut trace, reads).await;
             self.record_calls(&request.ids, &mut trace, calls).await;
         }
+        // hostpipe's time inside the run: the tool calls and reads it made for the runner.
+        let hosted_ms: u64 = trace.reads().skip(reads).map(|r| r.elapsed_ms).sum::<u64>()
+            + trace
+                .tool_calls()
+                .skip(calls)
+                .map(|c| c.elapsed_ms)
+                .sum::<u64>();
+        let elapsed_ms = u64::try_from(run_elapsed.as_millis()).unwrap_or(u64::MAX);
         let runner_failure = result.as_ref().err().map(RunnerFailure::of);
         let (reply, run, status, error) = match result {
             Ok(run) => (run.text.clone(), Some(run), TurnStatus::Completed, None),
@@ -353,6 +392,8 @@ impl Pipeline {
         trace.record(TraceEvent::RunFinished {
             runner: name.to_owned(),
             error,
+            elapsed_ms,
+            model_ms: elapsed_ms.saturating_sub(hosted_ms),
         });
         TurnOutcome {
             reply,
@@ -368,3 +409,6 @@ impl Pipeline {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_observe;
