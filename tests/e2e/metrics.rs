@@ -108,6 +108,32 @@ async fn post(svc: &Service, path: &str, token: &str, body: Value) -> Value {
     v
 }
 
+/// Waits (at most 90 s) until every configured server is connected: on a loaded
+/// machine a Python server may miss its first connection attempt, and is then retried.
+async fn all_connected(svc: &Service) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let v: Value = reqwest::Client::new()
+            .get(svc.url("/v1/servers"))
+            .bearer_auth(READ_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let servers = v["servers"].as_array().unwrap();
+        if servers.iter().all(|s| s["status"]["state"] == "connected") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not all connected: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Scrapes `base/metrics` with tests/clients/metrics_client.py: both parsers' families.
 async fn scrape(base: &str) -> Value {
     let out = tokio::process::Command::new(root().join("tests/.venv/bin/python"))
@@ -210,6 +236,7 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "");
     let svc = Service::start(&config, "memory", &[]).await;
+    all_connected(&svc).await;
 
     // Two turns through the plain API, one through Dify's door (stages only).
     let mut turns = Vec::new();
@@ -528,6 +555,7 @@ async fn metrics_on_a_listener_of_their_own_are_not_on_the_main_one() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "\n[serve]\nmetrics_listen = \"127.0.0.1:0\"\n");
     let svc = Service::start(&config, "memory", &[]).await;
+    all_connected(&svc).await;
     let res = reqwest::get(svc.url("/metrics")).await.unwrap();
     assert_eq!(res.status(), StatusCode::NOT_FOUND);
     // The port it picked is in the log.
