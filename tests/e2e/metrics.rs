@@ -1,7 +1,7 @@
 //! `GET /metrics` of `hostpipe serve`, scraped as Prometheus scrapes it and parsed by
 //! the official Python client's parsers (`prometheus_client`: the text format 0.0.4 and
-//! OpenMetrics 1.0, tests/clients/metrics_client.py), after turns through two doors
-//! (`/v1/turns` and Dify's `/retrieval`), reads that hit the cache, go to the server,
+//! OpenMetrics 1.0, tests/clients/metrics_client.py), after turns through three doors
+//! (`/v1/turns`, `/v1/chat/completions` and Dify's `/retrieval`), reads that hit the cache, go to the server,
 //! are withheld by the consent policy and fail, passages ranked out of large manuals,
 //! and a tool call, all against MCP servers on the official Python SDK. The counts are
 //! checked against literal values and against the read history of the same turns.
@@ -238,7 +238,8 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
     let svc = Service::start(&config, "memory", &[]).await;
     all_connected(&svc).await;
 
-    // Two turns through the plain API, one through Dify's door (stages only).
+    // Two turns through the plain API, one through the OpenAI-compatible door, one
+    // through Dify's (stages only).
     let mut turns = Vec::new();
     for _ in 0..2 {
         turns.push(
@@ -251,6 +252,21 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
             .await,
         );
     }
+    // One through the OpenAI-compatible door: the pipeline is the model.
+    let completion = post(
+        &svc,
+        "/v1/chat/completions",
+        TURN_TOKEN,
+        json!({"model": "kb", "messages": [{"role": "user", "content": "When are refunds possible?"}]}),
+    )
+    .await;
+    assert!(
+        !completion["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .is_empty(),
+        "{completion}"
+    );
     let retrieved = post(
         &svc,
         "/retrieval",
@@ -322,7 +338,7 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
 
     // Turns: every door, once each, by outcome; the tool call is not a turn.
     let kb_completed = [("pipeline", "kb"), ("outcome", "completed")];
-    assert_eq!(value(&doc, "hostpipe_turns_total", &kb_completed), 2.0);
+    assert_eq!(value(&doc, "hostpipe_turns_total", &kb_completed), 3.0);
     assert_eq!(
         value(
             &doc,
@@ -341,7 +357,7 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
     );
     assert_eq!(
         value(&doc, "hostpipe_turn_duration_seconds_count", &kb_completed),
-        2.0
+        3.0
     );
     assert_eq!(
         value(
@@ -349,17 +365,17 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
             "hostpipe_turn_duration_seconds_bucket",
             &[("pipeline", "kb"), ("outcome", "completed"), ("le", "+Inf")]
         ),
-        2.0
+        3.0
     );
-    // The preview runner ran in both turns; its own time and hostpipe's add up to the
-    // turns' time.
+    // The preview runner ran in those three turns; its own time and hostpipe's add up
+    // to the turns' time.
     assert_eq!(
         value(
             &doc,
             "hostpipe_turn_model_duration_seconds_count",
             &[("pipeline", "kb")]
         ),
-        2.0
+        3.0
     );
     let total = value(&doc, "hostpipe_turn_duration_seconds_sum", &kb_completed);
     let overhead = value(
@@ -405,15 +421,15 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
             ],
         )
     };
-    // Three turns: the secret never reached its server; the Python SDK's handbook was
+    // Four turns: the secret never reached its server; the Python SDK's handbook was
     // read every time (its `ttlMs: 0`), the counter once and then came from the cache;
     // the missing URI failed every time.
-    assert_eq!(reads("kb", "withheld"), Some(3.0));
-    assert_eq!(reads("kb", "read"), Some(3.0));
+    assert_eq!(reads("kb", "withheld"), Some(4.0));
+    assert_eq!(reads("kb", "read"), Some(4.0));
     assert_eq!(reads("kb", "hit"), None);
-    assert_eq!(reads("kb", "failed"), Some(3.0));
+    assert_eq!(reads("kb", "failed"), Some(4.0));
     assert_eq!(reads("modern", "read"), Some(1.0));
-    assert_eq!(reads("modern", "hit"), Some(2.0));
+    assert_eq!(reads("modern", "hit"), Some(3.0));
     let bytes = |server, source| {
         find(
             &doc,
@@ -424,10 +440,10 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
     };
     #[allow(clippy::cast_precision_loss)]
     let handbook = HANDBOOK.len() as f64;
-    assert_eq!(bytes("kb", "server"), Some(3.0 * handbook));
+    assert_eq!(bytes("kb", "server"), Some(4.0 * handbook));
     // "count 0".
     assert_eq!(bytes("modern", "server"), Some(7.0));
-    assert_eq!(bytes("modern", "cache"), Some(14.0));
+    assert_eq!(bytes("modern", "cache"), Some(21.0));
     assert!(find(&doc, "text", "hostpipe_resource_cache_bytes", &[]).is_some());
 
     // Passages: what the manuals' ranking kept and dropped, as the history says.
@@ -446,14 +462,15 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
         );
     }
 
-    // Tokens injected against the budget: as the turns' requests say.
-    let used: u64 = turns
+    // Tokens injected against the budget: as the turns' requests say (everything fits
+    // whole, so each of the three turns got the same).
+    let used: Vec<u64> = turns
         .iter()
         .map(|t| t["request"]["budget"]["used_tokens"].as_u64().unwrap())
-        .sum();
-    assert!(used > 0);
+        .collect();
+    assert!(used[0] > 0 && used[0] == used[1], "{used:?}");
     #[allow(clippy::cast_precision_loss)]
-    let used = used as f64;
+    let used = 3.0 * used[0] as f64;
     assert_eq!(
         value(
             &doc,
@@ -462,14 +479,14 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
         ),
         used
     );
-    // Two turns of 2000; the retrieval has no budget.
+    // Three turns of 2000; the retrieval has no budget.
     assert_eq!(
         value(
             &doc,
             "hostpipe_context_budget_tokens_total",
             &[("pipeline", "kb")]
         ),
-        4000.0
+        6000.0
     );
     assert_eq!(
         manuals["request"]["budget"]["budget_tokens"], 300,
@@ -501,9 +518,9 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
         )
     };
     assert_eq!(mcp("tutorial", "tools/call", "ok"), 1.0);
-    // The handbook three times, the missing URI three times; the counter once.
-    assert_eq!(mcp("kb", "resources/read", "ok"), 3.0);
-    assert_eq!(mcp("kb", "resources/read", "error"), 3.0);
+    // The handbook four times, the missing URI four times; the counter once.
+    assert_eq!(mcp("kb", "resources/read", "ok"), 4.0);
+    assert_eq!(mcp("kb", "resources/read", "error"), 4.0);
     assert_eq!(mcp("modern", "resources/read", "ok"), 1.0);
     assert_eq!(
         value(
@@ -511,7 +528,7 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
             "hostpipe_mcp_request_duration_seconds_count",
             &[("server", "kb"), ("method", "resources/read")]
         ),
-        6.0
+        8.0
     );
     for s in ["kb", "modern", "tutorial", "manuals"] {
         assert_eq!(value(&doc, "hostpipe_mcp_server_up", &[("server", s)]), 1.0);
