@@ -2,8 +2,9 @@
 //! languages (docs/http-api.md; the OpenAPI document is docs/openapi.json, served at
 //! `/openapi.json`).
 //!
-//! The service keeps no state of its own beyond the MCP sessions of its [`App`] and the
-//! pending consent questions of its running turns: pins, conversation grants and the
+//! The service keeps no state of its own beyond the MCP sessions of its [`App`], the
+//! pending consent questions of its running turns and its metrics (`GET /metrics`, per
+//! instance: Prometheus sums them across instances): pins, conversation grants and the
 //! read history live in the attachment store, so several instances behind a load
 //! balancer can share one PostgreSQL store.
 
@@ -410,7 +411,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
 /// Prints `hostpipe: listening on http://ADDR` on stdout once it accepts connections.
 ///
 /// # Errors
-/// When the address cannot be bound, or a pipeline or its preview runner cannot be
+/// When the address (or `[serve] metrics_listen`'s) cannot be bound, or a pipeline or its preview runner cannot be
 /// built (e.g. one binds a server that neither the files nor the store has).
 pub async fn serve(
     mut app: App,
