@@ -53,6 +53,9 @@ pub struct App {
     credential_rows: Option<(Arc<dyn hostpipe_engine::SealedRows>, String)>,
     /// Where OAuth credentials are kept, once [`App::open_vault`] ran.
     pub vault: VaultUse,
+    /// What every pipeline [`App::build_pipelines`] builds reports its reads, tool calls
+    /// and turns to (`hostpipe serve`'s metrics); none by default.
+    pub observer: Option<Arc<dyn hostpipe_engine::PipelineObserver>>,
 }
 
 /// What [`App::join_stored_servers`] did.
@@ -191,11 +194,12 @@ impl App {
             server_entries: None,
             credential_rows: None,
             vault: VaultUse::NotNeeded,
+            observer: None,
         })
     }
 
     /// The pipelines of `config`, built against this app's MCP host (its servers as
-    /// they are now) and given its store.
+    /// they are now) and given its store and observer.
     ///
     /// # Errors
     /// As [`config::LoadedConfig::build_pipelines`]; a registry conflict.
@@ -206,13 +210,20 @@ impl App {
     ) -> anyhow::Result<BTreeMap<String, Pipeline>> {
         let registry = registry()?;
         let built = config.build_pipelines(&registry, self.host.clone(), runner)?;
-        Ok(match &self.store {
-            None => built,
-            Some(store) => built
-                .into_iter()
-                .map(|(id, p)| (id, p.with_store(Arc::clone(store))))
-                .collect(),
-        })
+        Ok(built
+            .into_iter()
+            .map(|(id, p)| {
+                let p = match &self.store {
+                    None => p,
+                    Some(store) => p.with_store(Arc::clone(store)),
+                };
+                let p = match &self.observer {
+                    None => p,
+                    Some(observer) => p.with_observer(Arc::clone(observer)),
+                };
+                (id, p)
+            })
+            .collect())
     }
 
     /// Builds this app's own pipelines ([`App::build_pipelines`] of its config), each

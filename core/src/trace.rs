@@ -297,6 +297,16 @@ pub enum TraceEvent {
         runner: String,
         /// The error, if it failed.
         error: Option<String>,
+        /// How long the runner ran, in milliseconds (0 in traces written before it was
+        /// recorded).
+        #[serde(default)]
+        elapsed_ms: u64,
+        /// The runner's own time, in milliseconds: `elapsed_ms` less the time of the
+        /// tool calls and `read_resource` reads hostpipe made for it meanwhile (a tool
+        /// loop runs them one after the other). For a runner that calls a model this is
+        /// the model's time; hostpipe's own overhead in a turn is the rest.
+        #[serde(default)]
+        model_ms: u64,
     },
 }
 

@@ -30,7 +30,10 @@ pub use consent::{
 };
 pub use credentials::{CredentialKey, EncryptedVault, SealedRow, SealedRows};
 pub use layer::{CatchPanic, ReportFailure, Timeout};
-pub use pipeline::{Pipeline, Prepared, RunnerFailure, ToolCallOutcome, TurnOutcome, TurnStatus};
+pub use pipeline::{
+    Pipeline, PipelineObserver, Prepared, RunnerFailure, ToolCallOutcome, TurnEnd, TurnOutcome,
+    TurnReport, TurnStatus,
+};
 pub use servers::{MemoryServerEntries, ServerEntries, StoredServer};
 pub use store::{
     AttachmentStore, GrantStore, HistoryQuery, HistorySink, InjectionRecord, MemoryStore, NewPin,

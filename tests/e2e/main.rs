@@ -24,6 +24,7 @@ mod fuzz;
 mod langbot;
 mod live;
 mod mcp_door;
+mod metrics;
 mod oauth;
 mod openai_endpoint;
 mod otel;

@@ -89,6 +89,10 @@ pub struct ServeSection {
     /// Default false: only streamable HTTP servers (`url`) may be added over HTTP.
     #[serde(default)]
     pub allow_stdio_servers: bool,
+    /// Where to serve `GET /metrics` (Prometheus) instead of on `listen`: an address of
+    /// its own, `HOST:PORT`, e.g. `127.0.0.1:9464`. Default: none, `/metrics` is on the
+    /// main listener (without a token, as `/healthz`).
+    pub metrics_listen: Option<String>,
 }
 
 impl HostSection {

@@ -91,6 +91,11 @@ impl HttpApprover {
         out
     }
 
+    /// How many questions are waiting.
+    pub fn pending_count(&self) -> usize {
+        self.lock().waiting.len()
+    }
+
     /// Answers the question `id`.
     ///
     /// # Errors

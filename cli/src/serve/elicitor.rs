@@ -97,6 +97,11 @@ impl HttpElicitor {
         out
     }
 
+    /// How many questions are waiting.
+    pub fn pending_count(&self) -> usize {
+        self.lock().waiting.len()
+    }
+
     /// Answers the question `id`. An `accept` of a form, with the form's defaults for
     /// the fields it leaves out, must fit its schema; an
     /// `accept` of a URL takes no content (any given is dropped).

@@ -2,8 +2,9 @@
 //! languages (docs/http-api.md; the OpenAPI document is docs/openapi.json, served at
 //! `/openapi.json`).
 //!
-//! The service keeps no state of its own beyond the MCP sessions of its [`App`] and the
-//! pending consent questions of its running turns: pins, conversation grants and the
+//! The service keeps no state of its own beyond the MCP sessions of its [`App`], the
+//! pending consent questions of its running turns and its metrics (`GET /metrics`, per
+//! instance: Prometheus sums them across instances): pins, conversation grants and the
 //! read history live in the attachment store, so several instances behind a load
 //! balancer can share one PostgreSQL store.
 
@@ -16,6 +17,7 @@ mod error;
 mod handlers;
 mod http_span;
 mod mcp;
+mod metrics;
 mod openai;
 mod reload;
 mod router;
@@ -97,6 +99,8 @@ pub struct ServeOptions {
     /// The key that seals the header and env values of servers added over the API
     /// (`HOSTPIPE_CREDENTIAL_KEY`); without it, such values are refused.
     pub credential_key: Option<hostpipe_engine::CredentialKey>,
+    /// `[serve] metrics_listen`: where `GET /metrics` is served instead of on `listen`.
+    pub metrics_listen: Option<String>,
 }
 
 impl ServeOptions {
@@ -142,6 +146,7 @@ impl ServeOptions {
         Ok(Self {
             allow_stdio_servers: section.allow_stdio_servers,
             credential_key,
+            metrics_listen: section.metrics_listen.clone(),
             listen: listen
                 .or_else(|| section.listen.clone())
                 .unwrap_or_else(|| DEFAULT_LISTEN.to_owned()),
@@ -187,6 +192,8 @@ pub(crate) struct ServeState {
     stop_turns: tokio_util::sync::CancellationToken,
     /// OAuth logins started on `POST /v1/servers/{server}/login`, by their `state`.
     logins: handlers::login::PendingLogins,
+    /// What `GET /metrics` answers, and what the pipelines count into.
+    metrics: metrics::Metrics,
 }
 
 impl ServeState {
@@ -336,9 +343,14 @@ pub(crate) fn router(state: Arc<ServeState>) -> Router {
     // The MCP door: its own token check (401 with a `WWW-Authenticate` challenge) and
     // body limit (rmcp's).
     let mcp = mcp::routes(&state);
-    Router::new()
-        .merge(v1)
-        .merge(mcp)
+    let router = Router::new().merge(v1).merge(mcp);
+    // With a listener of its own, `/metrics` is not on this one.
+    let router = if state.options.metrics_listen.is_none() {
+        router.route("/metrics", get(metrics::metrics))
+    } else {
+        router
+    };
+    router
         .route("/", page(ADMIN_HTML, "text/html; charset=utf-8"))
         .route(
             "/admin.js",
@@ -353,6 +365,17 @@ pub(crate) fn router(state: Arc<ServeState>) -> Router {
         .method_not_allowed_fallback(router::method_not_allowed)
         .layer(axum::middleware::from_fn(http_span::http_span))
         .layer(axum::middleware::from_fn(security_headers))
+        .layer(axum::middleware::from_fn(access_log))
+        .with_state(state)
+}
+
+/// The router of `[serve] metrics_listen`: `GET /metrics` only.
+fn metrics_router(state: Arc<ServeState>) -> Router {
+    use axum::routing::get;
+    Router::new()
+        .route("/metrics", get(metrics::metrics))
+        .fallback(router::not_found)
+        .method_not_allowed_fallback(router::method_not_allowed)
         .layer(axum::middleware::from_fn(access_log))
         .with_state(state)
 }
@@ -390,16 +413,18 @@ async fn security_headers(req: Request, next: Next) -> Response {
 /// Prints `hostpipe: listening on http://ADDR` on stdout once it accepts connections.
 ///
 /// # Errors
-/// When the address cannot be bound, or a pipeline or its preview runner cannot be
+/// When the address (or `[serve] metrics_listen`'s) cannot be bound, or a pipeline or its preview runner cannot be
 /// built (e.g. one binds a server that neither the files nor the store has).
 pub async fn serve(
-    app: App,
+    mut app: App,
     approver: HttpApprover,
     elicitor: HttpElicitor,
     options: ServeOptions,
     source: ConfigSource,
     shutdown: impl std::future::Future<Output = &'static str> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let metrics = metrics::Metrics::new(Arc::clone(&app.host), approver.clone(), elicitor.clone());
+    app.observer = Some(metrics.observer());
     let current = reload::start(&app, &options).await?;
     #[cfg(unix)]
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
@@ -408,6 +433,14 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;
     let addr: SocketAddr = listener.local_addr()?;
+    let metrics_listener = match &options.metrics_listen {
+        None => None,
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("[serve] metrics_listen: cannot listen on {a}"))?,
+        ),
+    };
     let state = Arc::new(ServeState {
         app,
         current: std::sync::RwLock::new(Arc::new(current)),
@@ -421,8 +454,23 @@ pub async fn serve(
         turns: TaskTracker::new(),
         stop_turns: tokio_util::sync::CancellationToken::new(),
         logins: handlers::login::PendingLogins::default(),
+        metrics,
     });
     let router = router(Arc::clone(&state));
+    let stop_metrics = tokio_util::sync::CancellationToken::new();
+    let metrics_serving = match metrics_listener {
+        None => None,
+        Some(l) => {
+            let maddr = l.local_addr()?;
+            tracing::info!(addr = %maddr, "metrics listening");
+            let router = metrics_router(Arc::clone(&state));
+            Some(tokio::spawn(accept_loop(
+                l,
+                router,
+                stop_metrics.clone().cancelled_owned(),
+            )))
+        }
+    };
     println!("hostpipe: listening on http://{addr}");
     tracing::info!(%addr, "listening");
     let connecting = tokio::spawn({
@@ -489,6 +537,10 @@ pub async fn serve(
     connecting.abort();
     #[cfg(unix)]
     reloading.abort();
+    stop_metrics.cancel();
+    if let Some(serving) = metrics_serving {
+        let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
+    }
     state.app.shutdown().await;
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Where a pipeline meets its store: pins before the stages, the history after the
-//! runner, each call bounded.
+//! runner, each call bounded (and where its observer sees the reads and tool calls).
 
 use hostpipe_core::{Trace, Turn};
 
@@ -45,13 +45,15 @@ impl Pipeline {
         }
     }
 
-    /// Writes the turn's tool calls from the `from`-th on to the store's history.
+    /// Writes the turn's tool calls from the `from`-th on to the store's history, and
+    /// reports them to the observer.
     pub(super) async fn record_calls(
         &self,
         ids: &hostpipe_core::turn::TurnIds,
         trace: &mut Trace,
         from: usize,
     ) {
+        self.observe_calls(trace, from);
         let Some(store) = &self.store else { return };
         let calls: Vec<crate::store::ToolCallEntry> = trace
             .tool_calls()
@@ -80,13 +82,15 @@ impl Pipeline {
         ));
     }
 
-    /// Writes the turn's resource reads from the `from`-th on to the store's history.
+    /// Writes the turn's resource reads from the `from`-th on to the store's history,
+    /// and reports them to the observer.
     pub(super) async fn record_reads(
         &self,
         ids: &hostpipe_core::turn::TurnIds,
         trace: &mut Trace,
         from: usize,
     ) {
+        self.observe_reads(trace, from);
         let Some(store) = &self.store else { return };
         let records: Vec<InjectionRecord> = trace
             .reads()

@@ -1,7 +1,7 @@
 //! The pipeline executor: runs a pipeline's stages in order, then its runner
 //! ([`Pipeline`]); the store calls around them (`history.rs`), the stages' loop
-//! (`stages.rs`), tool calls made outside a model's turn (`tools.rs`) and what a turn
-//! came to (`outcome.rs`).
+//! (`stages.rs`), tool calls made outside a model's turn (`tools.rs`), what a turn
+//! came to (`outcome.rs`) and who is told (`observe.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,10 +19,13 @@ use crate::layer::{CatchPanic, ReportFailure, Timeout};
 use crate::store::AttachmentStore;
 
 mod history;
+mod observe;
 mod outcome;
 mod spans;
 mod stages;
 mod tools;
+
+pub use observe::{PipelineObserver, TurnEnd, TurnReport};
 
 pub use outcome::{
     CallerReadOutcome, Prepared, RunnerFailure, ToolCallOutcome, TurnOutcome, TurnStatus,
@@ -67,6 +70,7 @@ pub struct Pipeline {
         Arc<dyn hostpipe_core::Elicitor>,
         hostpipe_core::ElicitationSettings,
     )>,
+    observer: Option<Arc<dyn PipelineObserver>>,
 }
 
 impl Pipeline {
@@ -100,6 +104,7 @@ impl Pipeline {
             consent: None,
             messages: Arc::default(),
             elicitation: None,
+            observer: None,
         }
     }
 
@@ -225,7 +230,29 @@ impl Pipeline {
 
     /// Runs the stages over `turn` and builds the [`RunRequest`](hostpipe_core::RunRequest), without running the
     /// runner. Sets the turn's pipeline id, model and (if unset) system prompt first.
-    pub async fn prepare(&self, mut turn: Turn) -> Prepared {
+    /// The observer sees it as a turn ending [`TurnEnd::Prepared`] (or as the stage
+    /// that ended it left it).
+    pub async fn prepare(&self, turn: Turn) -> Prepared {
+        let started = Instant::now();
+        let prepared = self.prepare_unobserved(turn).await;
+        let report = match &prepared {
+            Prepared::Request(request, trace) => TurnReport {
+                pipeline: &self.id,
+                end: TurnEnd::Prepared,
+                duration: started.elapsed(),
+                model: None,
+                request: Some(request),
+                trace,
+            },
+            Prepared::Ended(outcome) => TurnReport::of(&self.id, outcome, started.elapsed()),
+        };
+        self.observe_turn(&report);
+        prepared
+    }
+
+    /// [`Pipeline::prepare`], not reported to the observer as a turn (a whole turn is,
+    /// once it ends).
+    async fn prepare_unobserved(&self, mut turn: Turn) -> Prepared {
         self.begin(&mut turn);
         self.load_pins(&mut turn).await;
         let prepared = self.run_stages(&mut turn).await;
@@ -327,6 +354,7 @@ impl Pipeline {
             }
         };
         spans::turn_ended(&span, &outcome);
+        self.observe_turn(&TurnReport::of(&self.id, &outcome, started.elapsed()));
         outcome
     }
 
@@ -337,7 +365,7 @@ impl Pipeline {
         deadline: Option<Instant>,
         runner: Option<(&str, &dyn Runner)>,
     ) -> TurnOutcome {
-        let (mut request, mut trace) = match self.prepare(turn).await {
+        let (mut request, mut trace) = match self.prepare_unobserved(turn).await {
             Prepared::Request(request, trace) => (request, trace),
             Prepared::Ended(outcome) => return outcome,
         };
@@ -345,9 +373,11 @@ impl Pipeline {
         let (name, runner) = runner.unwrap_or((&self.runner_name, self.runner.as_ref()));
         let layered = Timeout::new(ReportFailure::new(CatchPanic::new(runner)), None);
         let span = spans::run(name);
+        let run_started = Instant::now();
         let result = collect_reply_tapped(&layered, &request, tap)
             .instrument(span.clone())
             .await;
+        let run_elapsed = run_started.elapsed();
         spans::run_ended(&span, result.as_ref().err());
         // The model's own reads (read_resource) and tool calls happened during the runner.
         let (reads, calls) = (trace.reads().count(), trace.tool_calls().count());
@@ -355,6 +385,14 @@ impl Pipeline {
             self.record_reads(&request.ids, &mut trace, reads).await;
             self.record_calls(&request.ids, &mut trace, calls).await;
         }
+        // hostpipe's time inside the run: the tool calls and reads it made for the runner.
+        let hosted_ms: u64 = trace.reads().skip(reads).map(|r| r.elapsed_ms).sum::<u64>()
+            + trace
+                .tool_calls()
+                .skip(calls)
+                .map(|c| c.elapsed_ms)
+                .sum::<u64>();
+        let elapsed_ms = u64::try_from(run_elapsed.as_millis()).unwrap_or(u64::MAX);
         let runner_failure = result.as_ref().err().map(RunnerFailure::of);
         let (reply, run, status, error) = match result {
             Ok(run) => (run.text.clone(), Some(run), TurnStatus::Completed, None),
@@ -382,6 +420,8 @@ impl Pipeline {
         trace.record(TraceEvent::RunFinished {
             runner: name.to_owned(),
             error,
+            elapsed_ms,
+            model_ms: elapsed_ms.saturating_sub(hosted_ms),
         });
         TurnOutcome {
             reply,
@@ -397,3 +437,6 @@ impl Pipeline {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_observe;

@@ -223,6 +223,12 @@ impl ContentCache {
         !self.ttl.is_zero()
     }
 
+    /// The entries' weight in bytes ([`Entry::weight`]), as moka's last maintenance
+    /// counted it.
+    pub(crate) fn weighted_bytes(&self) -> u64 {
+        self.entries.weighted_size()
+    }
+
     /// Whether a fresh copy of `uri` on `server` is cached.
     pub(crate) fn contains(&self, server: &str, uri: &str) -> bool {
         !self.ttl.is_zero() && self.entries.contains_key(&self.key(server, uri))

@@ -35,6 +35,6 @@ pub use config::{
 };
 pub use convert::decode_read_result;
 pub use host::{
-    AddServerError, Applied, Elicitation, HostOptions, LoginError, McpHost, PendingLogin,
-    redirect_error, redirect_state,
+    AddServerError, Applied, Elicitation, HostOptions, LoginError, McpHost, MethodStats,
+    PendingLogin, REQUEST_SECONDS_BUCKETS, RequestOutcome, redirect_error, redirect_state,
 };

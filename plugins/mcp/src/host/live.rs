@@ -125,10 +125,12 @@ async fn unsubscribe(slot: &Slot, options: &HostOptions, cache: &ContentCache, u
         return;
     }
     let timeout = slot.request_timeout(options);
-    slot.count("resources/unsubscribe");
+    let ending = slot.request("resources/unsubscribe");
     #[allow(deprecated)] // legacy-only in rmcp 3.11; the right call on `initialize` sessions
     let call = peer.unsubscribe(UnsubscribeRequestParams::new(uri));
-    match tokio::time::timeout(timeout, call).await {
+    let answered = tokio::time::timeout(timeout, call).await;
+    ending.end_bounded(&answered);
+    match answered {
         Ok(Ok(())) => tracing::debug!(server = %slot.config.name, %uri, "unsubscribed"),
         Ok(Err(e)) => {
             tracing::info!(server = %slot.config.name, %uri, error = %e, "resources/unsubscribe failed");
@@ -141,10 +143,12 @@ async fn unsubscribe(slot: &Slot, options: &HostOptions, cache: &ContentCache, u
     // have reached the server before this unsubscribe. Subscribe once more so the
     // server's state matches ours (a repeated subscribe is harmless).
     if slot.is_subscribed(uri) {
-        slot.count("resources/subscribe");
+        let ending = slot.request("resources/subscribe");
         #[allow(deprecated)]
         let again = peer.subscribe(SubscribeRequestParams::new(uri));
-        if !matches!(tokio::time::timeout(timeout, again).await, Ok(Ok(()))) {
+        let answered = tokio::time::timeout(timeout, again).await;
+        ending.end_bounded(&answered);
+        if !matches!(answered, Ok(Ok(()))) {
             tracing::info!(server = %slot.config.name, %uri, "resources/subscribe after an unsubscribe race failed");
         }
     }

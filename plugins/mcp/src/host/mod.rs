@@ -27,6 +27,7 @@ mod observed;
 mod options;
 mod slot;
 mod span;
+mod stats;
 mod subscribe;
 #[cfg(test)]
 mod tests;
@@ -63,6 +64,7 @@ pub use oauth::{LoginError, PendingLogin, redirect_error, redirect_state};
 pub use options::{Elicitation, HostOptions};
 use slot::{Signal, Signals, Slot, State, Which, timed, timed_call};
 use span::Call;
+pub use stats::{MethodStats, REQUEST_SECONDS_BUCKETS, RequestOutcome};
 use subscribe::subscribe_once;
 
 /// Most `input_required` rounds a read, a prompt or a tool call may take (MCP
@@ -426,6 +428,41 @@ impl McpHost {
     /// `resources/list` → 1). For diagnostics and tests; `None` if not configured.
     pub fn request_counts(&self, server: &str) -> Option<BTreeMap<&'static str, u64>> {
         self.slot(server).ok().map(|s| s.request_counts())
+    }
+
+    /// What the requests to every configured server came to, per MCP method (by server
+    /// name, sorted): sent, ended by [`RequestOutcome`], latency buckets. `hostpipe
+    /// serve` exposes them as `hostpipe_mcp_requests_total` and
+    /// `hostpipe_mcp_request_duration_seconds`. A server's counts start at zero when its
+    /// entry is added or changed.
+    pub fn request_stats(&self) -> BTreeMap<String, BTreeMap<&'static str, MethodStats>> {
+        let slots: Vec<Arc<Slot>> = self
+            .slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        slots
+            .iter()
+            .map(|s| (s.config.name.clone(), s.request_stats()))
+            .collect()
+    }
+
+    /// The content cache's size, in bytes as it weighs its entries (the decoded
+    /// content, plus 128 bytes an item), as its last maintenance counted it (moka's
+    /// maintenance runs along reads and writes, and on a sweep every 10 s); 0 when the
+    /// cache is off.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache.weighted_bytes()
+    }
+
+    /// Whether `server` is configured (enabled or not).
+    pub fn has_server(&self, server: &str) -> bool {
+        self.slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(server)
     }
 
     fn slot(&self, server: &str) -> Result<Arc<Slot>, SourceError> {

@@ -22,6 +22,7 @@ use tracing::Instrument as _;
 
 use super::options::HostOptions;
 use super::span::Call;
+use super::stats::RequestOutcome;
 use crate::config::{ServerConfig, TransportConfig};
 use crate::convert;
 
@@ -211,7 +212,7 @@ pub(super) struct Slot {
     pub(super) config: ServerConfig,
     state: RwLock<State>,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
-    requests: Mutex<BTreeMap<&'static str, u64>>,
+    requests: super::stats::RequestStats,
     stderr_tail: Mutex<VecDeque<String>>,
     /// The process group of a stdio server (its own, led by the child).
     process_group: Mutex<Option<u32>>,
@@ -299,7 +300,7 @@ impl Slot {
             config,
             state: RwLock::default(),
             session: tokio::sync::Mutex::new(None),
-            requests: Mutex::default(),
+            requests: super::stats::RequestStats::default(),
             stderr_tail: Mutex::default(),
             process_group: Mutex::default(),
             child: Mutex::default(),
@@ -486,12 +487,11 @@ impl Slot {
         let Some(peer) = self.peer() else {
             return false;
         };
-        self.count("ping");
+        let ending = self.request("ping");
         let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
-        matches!(
-            tokio::time::timeout(self.request_timeout(options), ping).await,
-            Ok(Ok(_))
-        )
+        let answered = tokio::time::timeout(self.request_timeout(options), ping).await;
+        ending.end_bounded(&answered);
+        matches!(answered, Ok(Ok(_)))
     }
 
     /// Closes the session (if any) and kills what is left of the process group.
@@ -577,15 +577,6 @@ impl Slot {
         let _ = (group, kill);
     }
 
-    pub(super) fn count(&self, method: &'static str) {
-        *self
-            .requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(method)
-            .or_default() += 1;
-    }
-
     /// Kills what is left of a stdio server's process group (`npx` and its children).
     pub(super) fn kill_process_group(&self) {
         self.signal_process_group(true);
@@ -660,9 +651,21 @@ impl Slot {
     /// Requests sent per MCP method.
     pub(super) fn request_counts(&self) -> BTreeMap<&'static str, u64> {
         self.requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .snapshot()
+            .into_iter()
+            .map(|(method, s)| (method, s.sent))
+            .collect()
+    }
+
+    /// Counts a request of `method` sent, now; its [`Ending`](super::stats::Ending)
+    /// records how it ended.
+    pub(super) fn request(&self, method: &'static str) -> super::stats::Ending<'_> {
+        super::stats::Ending::start(&self.requests, method)
+    }
+
+    /// What the requests came to, per MCP method.
+    pub(super) fn request_stats(&self) -> BTreeMap<&'static str, super::stats::MethodStats> {
+        self.requests.snapshot()
     }
 
     /// `notifications/resources/updated` received.
@@ -714,7 +717,7 @@ async fn timed_in<T>(
     timeout: Duration,
     fut: impl Future<Output = Result<T, ServiceError>>,
 ) -> Result<T, SourceError> {
-    slot.count(method);
+    let ending = slot.request(method);
     let budget = super::elicit::Budget::start(timeout);
     let mut fut = std::pin::pin!(fut);
     let outcome = loop {
@@ -725,6 +728,11 @@ async fn timed_in<T>(
             break Some(done);
         }
     };
+    ending.end(match &outcome {
+        Some(Ok(_)) => RequestOutcome::Ok,
+        Some(Err(_)) => RequestOutcome::Error,
+        None => RequestOutcome::Timeout,
+    });
     match outcome {
         Some(Ok(v)) => Ok(v),
         Some(Err(e)) => {

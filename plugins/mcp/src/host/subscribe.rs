@@ -62,7 +62,10 @@ pub(super) async fn relisten(
 ) -> Result<(), String> {
     let _one_at_a_time = slot.relistening.lock().await;
     let filter = filter(slot, &slot.subscriptions());
-    let subscription = match tokio::time::timeout(timeout, peer.listen(filter)).await {
+    let ending = slot.request("subscriptions/listen");
+    let answered = tokio::time::timeout(timeout, peer.listen(filter)).await;
+    ending.end_bounded(&answered);
+    let subscription = match answered {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => {
@@ -72,7 +75,6 @@ pub(super) async fn relisten(
             ));
         }
     };
-    slot.count("subscriptions/listen");
     let acknowledged = subscription
         .acknowledged()
         .resource_subscriptions
@@ -137,10 +139,12 @@ async fn drain(
         tracing::info!(server = %slot.config.name, end = ?subscription.end(), "subscriptions/listen ended; listening again");
         tokio::time::sleep(Duration::from_secs(1)).await;
         let filter = filter(&slot, &slot.subscriptions());
-        subscription = match tokio::time::timeout(timeout, peer.listen(filter)).await {
+        let ending = slot.request("subscriptions/listen");
+        let answered = tokio::time::timeout(timeout, peer.listen(filter)).await;
+        ending.end_bounded(&answered);
+        subscription = match answered {
             Ok(Ok(s)) => s,
             _ => return,
         };
-        slot.count("subscriptions/listen");
     }
 }
