@@ -58,13 +58,14 @@ impl App {
     }
 
     /// Checks that what a pin of `server` reads exists, when the server can tell now: a
-    /// template must be one the server lists (`resources/templates/list`); a URI must be
-    /// listed (`resources/list`) or readable (a `resources/read` the server does not
-    /// answer with "not found": the URIs a template makes are seldom listed).
+    /// template must be one the server lists (`resources/templates/list`), and with
+    /// every argument a literal, the URI it makes must exist; a URI must be listed
+    /// (`resources/list`) or readable (a `resources/read` the server does not answer with
+    /// "not found": the URIs a template makes are seldom listed).
     ///
     /// `Ok(None)`: it exists. `Ok(Some(warning))`: it could not be checked (the server is
-    /// not connected, or failed otherwise); the pin may still be right, and the warning
-    /// says so. An embedded target is always fine.
+    /// disabled, not connected, or failed otherwise); the pin may still be right, and
+    /// the warning says so. An embedded target is always fine.
     ///
     /// # Errors
     /// A message naming the target and the server, and what the server has instead.
@@ -73,54 +74,73 @@ impl App {
         server: &str,
         target: &AttachmentTarget,
     ) -> Result<Option<String>, String> {
-        let connected = self
+        let status = self
             .host
             .servers()
             .into_iter()
             .find(|s| s.name == server)
-            .is_some_and(|s| s.status.is_connected());
-        let unchecked = |why: &dyn std::fmt::Display| {
-            Ok(Some(format!(
-                "could not check that server `{server}` has it ({why}); the pin is kept, and a turn that cannot read it says so in its trace"
-            )))
-        };
-        if !connected {
-            return unchecked(&"the server is not connected");
+            .map(|s| s.status);
+        match status {
+            Some(s) if s.is_connected() => {}
+            Some(hostpipe_core::ServerStatus::Disabled) => {
+                return Ok(Some(unchecked(server, &"the server is disabled")));
+            }
+            _ => return Ok(Some(unchecked(server, &"the server is not connected"))),
         }
         match target {
             AttachmentTarget::Embedded { .. } => Ok(None),
-            AttachmentTarget::Template { template, .. } => {
+            AttachmentTarget::Template {
+                template,
+                arguments,
+            } => {
                 let listed = match self.host.list_resource_templates(server).await {
                     Ok(listed) => listed,
-                    Err(e) => return unchecked(&e),
+                    Err(e) => return Ok(Some(unchecked(server, &e))),
                 };
-                if listed.iter().any(|t| &t.uri_template == template) {
-                    return Ok(None);
+                if !listed.iter().any(|t| &t.uri_template == template) {
+                    let names: Vec<&str> = listed.iter().map(|t| t.uri_template.as_str()).collect();
+                    return Err(format!(
+                        "server `{server}` lists no resource template `{template}`; its templates: {}",
+                        if names.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            names.join(", ")
+                        }
+                    ));
                 }
-                let names: Vec<&str> = listed.iter().map(|t| t.uri_template.as_str()).collect();
-                Err(format!(
-                    "server `{server}` lists no resource template `{template}`; its templates: {}",
-                    if names.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        names.join(", ")
-                    }
-                ))
-            }
-            AttachmentTarget::Uri { uri } => {
-                if let Ok(listed) = self.host.list_resources(server).await
-                    && listed.iter().any(|r| &r.uri == uri)
+                // A turn variable makes the URI per turn: only literals can be checked.
+                if arguments
+                    .values()
+                    .any(|a| !matches!(a, ArgumentValue::Literal(_)))
                 {
                     return Ok(None);
                 }
-                match self.host.read_resource(server, uri).await {
-                    Ok(_) => Ok(None),
-                    Err(e) if e.is_not_found() => Err(format!(
-                        "server `{server}` has no resource `{uri}` (it answered: not found)"
-                    )),
-                    Err(e) => unchecked(&e),
+                match hostpipe_stages::uri_template::expand(
+                    template,
+                    arguments,
+                    &hostpipe_core::Variables::default(),
+                ) {
+                    Ok((uri, _)) => self.check_uri(server, &uri).await,
+                    Err(e) => Err(format!("URI template `{template}`: {e}")),
                 }
             }
+            AttachmentTarget::Uri { uri } => self.check_uri(server, uri).await,
+        }
+    }
+
+    /// [`App::check_pin_target`] of a URI.
+    async fn check_uri(&self, server: &str, uri: &str) -> Result<Option<String>, String> {
+        if let Ok(listed) = self.host.list_resources(server).await
+            && listed.iter().any(|r| r.uri == uri)
+        {
+            return Ok(None);
+        }
+        match self.host.read_resource(server, uri).await {
+            Ok(_) => Ok(None),
+            Err(e) if e.is_not_found() => Err(format!(
+                "server `{server}` has no resource `{uri}` (it answered: not found)"
+            )),
+            Err(e) => Ok(Some(unchecked(server, &e))),
         }
     }
 
@@ -183,6 +203,13 @@ impl App {
             })
             .collect())
     }
+}
+
+/// The warning of a pin whose target could not be checked on `server`, and `why`.
+fn unchecked(server: &str, why: &dyn std::fmt::Display) -> String {
+    format!(
+        "could not check that server `{server}` has it ({why}); the pin is kept, and a turn that cannot read it says so in its trace"
+    )
 }
 
 /// One item of a resource read, converted ([`App::preview_read`]).

@@ -201,11 +201,21 @@ pub enum MessageError {
         /// The placeholder used.
         placeholder: String,
     },
-    /// A `{` without its `}`, or a lone `}` (a literal brace is `{{` or `}}`).
-    #[error("a brace at byte {at} is not closed (write a literal brace as `{{{{` or `}}}}`)")]
+    /// A `{` without its `}`, or a `}` without its `{` (a literal brace is `{{` or `}}`).
+    #[error(
+        "the `{brace}` at byte {at} has no partner (write a literal brace as `{{{{` or `}}}}`)"
+    )]
     UnbalancedBrace {
         /// Byte offset of the brace in the text.
         at: usize,
+        /// The brace.
+        brace: char,
+    },
+    /// An empty text: the end user would get an empty reply.
+    #[error("the text of `{key}` is empty: the end user would get an empty reply")]
+    Empty {
+        /// The message.
+        key: MessageKey,
     },
 }
 
@@ -251,16 +261,16 @@ fn pieces(template: &str) -> Result<Vec<Piece<'_>>, MessageError> {
                 let close = template[i..]
                     .find('}')
                     .map(|c| i + c)
-                    .ok_or(MessageError::UnbalancedBrace { at: i })?;
+                    .ok_or(MessageError::UnbalancedBrace { at: i, brace: '{' })?;
                 if template[i + 1..close].contains('{') {
-                    return Err(MessageError::UnbalancedBrace { at: i });
+                    return Err(MessageError::UnbalancedBrace { at: i, brace: '{' });
                 }
                 out.push(Piece::Text(&template[start..i]));
                 out.push(Piece::Placeholder(&template[i + 1..close]));
                 i = close + 1;
                 start = i;
             }
-            b'}' => return Err(MessageError::UnbalancedBrace { at: i }),
+            b'}' => return Err(MessageError::UnbalancedBrace { at: i, brace: '}' }),
             _ => i += 1,
         }
     }
@@ -294,12 +304,16 @@ impl Messages {
     /// These texts with the one named `name` replaced by `text`.
     ///
     /// # Errors
-    /// [`MessageError`] when no message is named `name`, when `text` uses a placeholder
-    /// the message does not have, or when a brace in it is unbalanced.
+    /// [`MessageError`] when no message is named `name`, when `text` is empty, uses a
+    /// placeholder the message does not have, or has an unbalanced brace.
     pub fn with_override(mut self, name: &str, text: &str) -> Result<Self, MessageError> {
         let key = MessageKey::from_name(name).ok_or_else(|| MessageError::UnknownKey {
             name: name.to_owned(),
         })?;
+        // Whitespace is text (a `list_separator` of one space).
+        if text.is_empty() {
+            return Err(MessageError::Empty { key });
+        }
         for piece in pieces(text)? {
             if let Piece::Placeholder(p) = piece
                 && !key.placeholders().contains(&p)
@@ -452,9 +466,17 @@ mod tests {
             .clone()
             .with_override("runner_failed", "a {turn")
             .unwrap_err();
-        assert_eq!(e, MessageError::UnbalancedBrace { at: 2 });
-        let e = m.with_override("list_empty", "x}").unwrap_err();
-        assert_eq!(e, MessageError::UnbalancedBrace { at: 1 });
+        assert_eq!(e, MessageError::UnbalancedBrace { at: 2, brace: '{' });
+        let e = m.clone().with_override("list_empty", "x } y").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the `}` at byte 2 has no partner (write a literal brace as `{{` or `}}`)"
+        );
+        let e = m.with_override("runner_failed", "").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the text of `runner_failed` is empty: the end user would get an empty reply"
+        );
     }
 
     #[test]

@@ -117,7 +117,12 @@ impl Stage for BindMcpServers {
                 });
                 if b.required() {
                     // Why it is unavailable (an OS error, a URL) is in the trace's
-                    // `server_unavailable` record, not in the user's reply.
+                    // `server_unavailable` record and the log, not in the user's reply.
+                    tracing::warn!(
+                        turn_id = turn.trace.turn_id(), pipeline = %turn.ids.pipeline,
+                        server = b.name(), %reason,
+                        "a required MCP server is unavailable; the user was told so"
+                    );
                     return Ok(StageOutcome::Reply(turn.messages.render(
                         hostpipe_core::MessageKey::ServerUnavailable,
                         &[("server", b.name())],

@@ -490,6 +490,21 @@ fn wrong_targets_are_bad_usage_named_with_what_exists() {
         err,
         "error: server `demo` lists no resource template `demo://nope/{x}`; its templates: demo://docs/{topic}; see `hostpipe resources demo`\n"
     );
+    // A template's URI, with every argument a literal, is checked like a URI.
+    let (code, _, err) = run(&[
+        "attach",
+        "--pipeline",
+        "default",
+        "demo",
+        "demo://docs/{topic}",
+        "--arg",
+        "topic=nosuchtopic",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err,
+        "error: server `demo` has no resource `demo://docs/nosuchtopic` (it answered: not found); see `hostpipe resources demo`\n"
+    );
     let (code, out, err) = run(&[
         "attach",
         "--pipeline",

@@ -299,8 +299,33 @@ async fn metrics_count_every_doors_turns_reads_and_tool_calls() {
     )
     .await;
     assert_eq!(call["call"]["is_error"], false, "{call}");
+    // A tool the server does not list: the name is the caller's text, never a label.
+    let unknown = reqwest::Client::new()
+        .post(svc.url("/v1/servers/tutorial/tools/a%22b%20https%3A%2F%2Fuser%3Apass%40host/call"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"pipeline": "kb", "arguments": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), reqwest::StatusCode::NOT_FOUND);
 
     let doc = scrape(&svc.base).await;
+    assert!(
+        !doc.to_string().contains("user:pass"),
+        "a caller's text became a label"
+    );
+    assert_eq!(
+        value(
+            &doc,
+            "hostpipe_tool_calls_total",
+            &[
+                ("server", "tutorial"),
+                ("tool", "_unknown"),
+                ("outcome", "failed")
+            ]
+        ),
+        1.0
+    );
     assert!(
         doc["text"]["content_type"]
             .as_str()

@@ -1877,4 +1877,20 @@ fn serve_refuses_to_start_without_a_good_token() {
             "error: HOSTPIPE_READ_TOKEN: the token has leading or trailing whitespace\n".into()
         )
     );
+    // Guessable: too few distinct characters, or an example's placeholder left in
+    // (docs/examples/kubernetes.yaml's Secret must not start).
+    assert_eq!(
+        run(&[("HOSTPIPE_TOKEN", "aaaaaaaaaaaaaaaa")]),
+        (
+            Some(2),
+            "error: HOSTPIPE_TOKEN: the token has 1 distinct characters; use at least 8; use a random one (e.g. `openssl rand -hex 32`)\n".into()
+        )
+    );
+    assert_eq!(
+        run(&[("HOSTPIPE_TOKEN", "replace-with-openssl-rand-hex-32-admin")]),
+        (
+            Some(2),
+            "error: HOSTPIPE_TOKEN: the token holds `replace`: it looks like an example's placeholder left in; use a random one (e.g. `openssl rand -hex 32`)\n".into()
+        )
+    );
 }

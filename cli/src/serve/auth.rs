@@ -59,6 +59,35 @@ impl std::fmt::Debug for Tokens {
     }
 }
 
+/// Fewest distinct bytes a token may have: a random 16-byte hex token has about 11.
+pub(super) const MIN_DISTINCT_BYTES: usize = 8;
+
+/// Why `token` is guessable, if it is: too few distinct bytes (`aaaa…`), or the
+/// placeholder of an example left in (`replace-with-…`, `changeme`). Random hex or base64
+/// never holds those words.
+fn guessable(token: &str) -> Option<String> {
+    let distinct = token
+        .bytes()
+        .collect::<std::collections::BTreeSet<u8>>()
+        .len();
+    if distinct < MIN_DISTINCT_BYTES {
+        return Some(format!(
+            "has {distinct} distinct characters; use at least {MIN_DISTINCT_BYTES}"
+        ));
+    }
+    let lower = token.to_ascii_lowercase();
+    [
+        "replace",
+        "changeme",
+        "change-me",
+        "placeholder",
+        "your-token",
+    ]
+    .iter()
+    .find(|word| lower.contains(*word))
+    .map(|word| format!("holds `{word}`: it looks like an example's placeholder left in"))
+}
+
 impl Tokens {
     /// The tokens of `[serve] admin_tokens`, `turn_tokens` and `read_tokens`, plus
     /// `HOSTPIPE_TOKEN` (admin), `HOSTPIPE_TURN_TOKEN` (turn) and `HOSTPIPE_READ_TOKEN`
@@ -95,6 +124,11 @@ impl Tokens {
                         anyhow::bail!(
                             "{source}: the token is {} bytes; use at least {MIN_TOKEN_BYTES} (e.g. `openssl rand -hex 32`)",
                             token.len()
+                        );
+                    }
+                    if let Some(why) = guessable(&token) {
+                        anyhow::bail!(
+                            "{source}: the token {why}; use a random one (e.g. `openssl rand -hex 32`)"
                         );
                     }
                     Ok(token.into_bytes())

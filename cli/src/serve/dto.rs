@@ -104,8 +104,27 @@ impl From<Result<String, String>> for StoreHealth {
 pub(crate) struct ServerHealth {
     /// The configured name.
     pub(crate) name: String,
-    /// Its connection state.
-    pub(crate) status: ServerStatus,
+    /// Its connection state alone (`{"state": "connected"}`): `/readyz` needs no token,
+    /// so no reason (an OS error, a command's path, a URL) is shown; `GET /v1/servers`
+    /// has them.
+    pub(crate) status: ServerState,
+}
+
+/// A [`ServerStatus`] without its details (schema `ServerState`).
+#[derive(Debug, Serialize)]
+pub(crate) struct ServerState {
+    /// `connecting`, `connected`, `failed`, `reconnecting`, `needs_login` or `disabled`.
+    pub(crate) state: String,
+}
+
+impl From<&ServerStatus> for ServerState {
+    fn from(status: &ServerStatus) -> Self {
+        let state = serde_json::to_value(status)
+            .ok()
+            .and_then(|v| v.get("state").and_then(|s| s.as_str().map(str::to_owned)))
+            .unwrap_or_default();
+        Self { state }
+    }
 }
 
 // ---- servers and what they list -----------------------------------------------------

@@ -290,7 +290,9 @@ impl PipelineObserver for TurnMetrics {
                 tool: c.tool.clone(),
                 outcome,
             };
-            if labels.server == UNKNOWN {
+            // A name the server does not list is the caller's or the model's text,
+            // not a tool: it never becomes a label.
+            if labels.server == UNKNOWN || !self.host.has_tool(&c.server, &c.tool) {
                 UNKNOWN.clone_into(&mut labels.tool);
             } else if self.tool_calls.get(&labels).is_none() {
                 // A new series: within the cap (two new ones at once may both count).

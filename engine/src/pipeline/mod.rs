@@ -407,8 +407,12 @@ impl Pipeline {
                     _ => (TurnStatus::RunnerFailed, MessageKey::RunnerFailed),
                 };
                 // The user is told that it failed, never how: the error names the
-                // upstream endpoint and quotes OS errors (the trace and the turn's
-                // `error` have it, under the turn id the reply gives).
+                // upstream endpoint and quotes OS errors (the log, the trace and the
+                // turn's `error` have it, under the turn id the reply gives).
+                tracing::warn!(
+                    turn_id = trace.turn_id(), pipeline = %self.id, runner = name,
+                    error = %e, "the runner failed; the user was told so, with the turn id"
+                );
                 (
                     self.messages.render(key, &[("turn", trace.turn_id())]),
                     None,

@@ -39,6 +39,10 @@ impl Pipeline {
                 }
                 Err(e) => {
                     turn.trace.warn(format!("stage `{}` failed: {e}", s.name));
+                    tracing::warn!(
+                        turn_id = turn.trace.turn_id(), pipeline = %self.id, stage = %s.name,
+                        error = %e, "a stage failed; the user was told so, with the turn id"
+                    );
                     // The error stays in the trace: it may quote internals.
                     let text = turn.messages.render(
                         MessageKey::StageFailed,

@@ -27,8 +27,8 @@ pub(crate) async fn readyz(State(state): St) -> Response {
         .servers()
         .into_iter()
         .map(|s| ServerHealth {
+            status: (&s.status).into(),
             name: s.name,
-            status: s.status,
         })
         .collect();
     let store = match &state.app.store {
@@ -40,7 +40,14 @@ pub(crate) async fn readyz(State(state): St) -> Response {
             };
             match tokio::time::timeout(Duration::from_secs(2), store.history(&probe)).await {
                 Ok(Ok(_)) => Ok(store.describe()),
-                Ok(Err(e)) => Err(e.to_string()),
+                Ok(Err(e)) => {
+                    // Without a token: the error (a path, a host) goes to the log only.
+                    tracing::warn!(error = %e, "/readyz: the store failed to answer");
+                    Err(format!(
+                        "{} failed to answer (the log says why)",
+                        store.describe()
+                    ))
+                }
                 Err(_) => Err(format!("{} did not answer within 2 s", store.describe())),
             }
         }

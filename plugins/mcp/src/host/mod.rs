@@ -465,6 +465,17 @@ impl McpHost {
             .contains_key(server)
     }
 
+    /// Whether `server`'s last `tools/list` (as cached, no request made) names `tool`.
+    /// `false` before the list is in.
+    pub fn has_tool(&self, server: &str, tool: &str) -> bool {
+        self.slot(server).is_ok_and(|slot| {
+            slot.read()
+                .tools
+                .as_ref()
+                .is_some_and(|tools| tools.iter().any(|t| t.name == tool))
+        })
+    }
+
     fn slot(&self, server: &str) -> Result<Arc<Slot>, SourceError> {
         let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
         slots
