@@ -265,13 +265,14 @@ fn samples() -> Vec<(&'static str, &'static str, &'static str, Value)> {
                 servers: vec![
                     ServerHealth {
                         name: "demo".into(),
-                        status: ServerStatus::Connected,
+                        status: (&ServerStatus::Connected).into(),
                     },
                     ServerHealth {
                         name: "remote".into(),
-                        status: ServerStatus::NeedsLogin {
+                        status: (&ServerStatus::NeedsLogin {
                             reason: "HTTP 401".into(),
-                        },
+                        })
+                            .into(),
                     },
                 ],
             }),
