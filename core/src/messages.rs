@@ -157,6 +157,11 @@ catalog! {
     PromptArgumentExamples = "prompt_argument_examples" ["values"]
         en: " (for example: {values})"
         zh: "（例如：{values}）"
+    /// The server refused a prompt's arguments (`prompts/get` answered JSON-RPC -32602,
+    /// invalid params): `reason` is its message, at most 200 bytes.
+    PromptArgumentsRefused = "prompt_arguments_refused" ["server", "prompt", "reason"]
+        en: "`{server}` refused the arguments of prompt `{prompt}`: {reason}"
+        zh: "`{server}` 不接受提示词 `{prompt}` 的参数：{reason}"
     /// The server failed to expand a prompt (`prompts/get`); its error is in the trace.
     PromptExpansionFailed = "prompt_expansion_failed" ["server", "prompt"]
         en: "The prompt `{prompt}` of `{server}` could not be expanded right now."

@@ -323,7 +323,33 @@ impl Stage for PromptExpansion {
                     "prompts/get `{}` on `{}`: {e}",
                     cmd.prompt, cmd.server
                 ));
-                // The server's error stays in the trace: it may quote internals.
+                // A refusal of the arguments is about what the user wrote: its message
+                // says what to change (`unknown topic`). Any other error stays in the
+                // trace: it may quote internals.
+                if let hostpipe_core::SourceError::Protocol {
+                    code: -32602,
+                    message,
+                    ..
+                } = &e
+                {
+                    let mut reason = message.clone();
+                    if reason.len() > 200 {
+                        let mut end = 200;
+                        while !reason.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        reason.truncate(end);
+                        reason.push('…');
+                    }
+                    return Ok(StageOutcome::Reply(turn.messages.render(
+                        MessageKey::PromptArgumentsRefused,
+                        &[
+                            ("server", &cmd.server),
+                            ("prompt", &cmd.prompt),
+                            ("reason", &reason),
+                        ],
+                    )));
+                }
                 return Ok(StageOutcome::Reply(turn.messages.render(
                     MessageKey::PromptExpansionFailed,
                     &[("server", &cmd.server), ("prompt", &cmd.prompt)],

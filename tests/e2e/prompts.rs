@@ -279,6 +279,20 @@ async fn the_demo_prompt_expands_through_the_cli_default_pipeline() {
             .text()
             .is_some()
     );
+    // A value the server refuses (-32602): its message says what to change.
+    match p
+        .prepare(Turn::new(
+            "default",
+            "/demo:summarize_doc topic=nosuchtopic",
+        ))
+        .await
+    {
+        Prepared::Ended(outcome) => assert_eq!(
+            outcome.reply,
+            "`demo` refused the arguments of prompt `summarize_doc`: unknown topic `nosuchtopic`"
+        ),
+        Prepared::Request(r, _) => panic!("expanded: {:?}", r.message),
+    }
     host.shutdown().await;
 }
 

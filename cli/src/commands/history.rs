@@ -144,6 +144,8 @@ pub(crate) async fn history(app: &App, args: HistoryArgs) -> anyhow::Result<Exit
             }
             table.add_row(row);
         }
+        // Only the URI and the error wrap in a narrow terminal.
+        keep_whole(&mut table, &[0, 2, 3, 4, 5, 6]);
         outln!(
             "{}\n{table}",
             turn_heading(
@@ -155,6 +157,16 @@ pub(crate) async fn history(app: &App, args: HistoryArgs) -> anyhow::Result<Exit
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Columns `columns` of `table` are never wrapped: the others take what is left of the
+/// width.
+fn keep_whole(table: &mut comfy_table::Table, columns: &[usize]) {
+    for &i in columns {
+        if let Some(column) = table.column_mut(i) {
+            column.set_constraint(comfy_table::ColumnConstraint::ContentWidth);
+        }
+    }
 }
 
 /// The line above a turn's table: when, which turn (the UUID v7's last 8 hex digits:
@@ -285,6 +297,8 @@ async fn tool_history(
                 call.consent.clone().unwrap_or_default(),
             ]);
         }
+        // The arguments, the error and the consent wrap; the rest stays whole.
+        keep_whole(&mut table, &[0, 1, 2, 4, 5, 6]);
         outln!(
             "{}\n{table}",
             turn_heading(
