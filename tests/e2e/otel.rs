@@ -354,3 +354,34 @@ servers = ["demo"]
     assert_eq!(read["trace_id"], turn["trace_id"]);
     assert_eq!(read["attributes"]["mcp.resource.uri"], URI);
 }
+
+/// A collector that is down costs the turn nothing, and the log says the spans were lost
+/// (the exporter's own warnings: `opentelemetry-otlp`'s `internal-logs`).
+#[test]
+fn a_collector_that_is_down_is_a_warning_not_a_failed_turn() {
+    // A port nothing listens on: bound, then let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = hostpipe_tests::hostpipe_command()
+        .args(["run", "--store", "none", "hello"])
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        )
+        .env(
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "authorization=Bearer otel-secret-123",
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("BatchSpanProcessor.ExportError"),
+        "the lost spans are not logged: {stderr}"
+    );
+    assert!(!stderr.contains("otel-secret-123"), "{stderr}");
+}
