@@ -82,13 +82,6 @@ async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResul
         arguments: body.arguments,
     };
     let target = AttachmentTarget::try_from(&spec).map_err(target_error)?;
-    let warnings: Vec<String> = state
-        .app
-        .check_pin_target(&body.server, &target)
-        .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "unknown_resource", e))?
-        .into_iter()
-        .collect();
     let expires_at_ms = match body.expires_in_ms {
         Some(0) => {
             return Err(ApiError::bad_request(
@@ -106,6 +99,14 @@ async fn add_pin(state: &ServeState, owner: PinOwner, body: PinBody) -> ApiResul
         ),
         None => None,
     };
+    // Last: it asks the server (an operator's look, like an admin's read).
+    let warnings: Vec<String> = state
+        .app
+        .check_pin_target(&body.server, &target)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "unknown_resource", e))?
+        .into_iter()
+        .collect();
     let pin = store(state)?
         .pin(NewPin {
             owner,
