@@ -235,7 +235,7 @@ impl Pipeline {
     pub async fn prepare(&self, turn: Turn) -> Prepared {
         let started = Instant::now();
         let prepared = self.prepare_unobserved(turn).await;
-        let report = match &prepared {
+        self.observe_turn(|| match &prepared {
             Prepared::Request(request, trace) => TurnReport {
                 pipeline: &self.id,
                 end: TurnEnd::Prepared,
@@ -245,8 +245,7 @@ impl Pipeline {
                 trace,
             },
             Prepared::Ended(outcome) => TurnReport::of(&self.id, outcome, started.elapsed()),
-        };
-        self.observe_turn(&report);
+        });
         prepared
     }
 
@@ -354,7 +353,7 @@ impl Pipeline {
             }
         };
         spans::turn_ended(&span, &outcome);
-        self.observe_turn(&TurnReport::of(&self.id, &outcome, started.elapsed()));
+        self.observe_turn(|| TurnReport::of(&self.id, &outcome, started.elapsed()));
         outcome
     }
 

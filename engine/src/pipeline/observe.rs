@@ -17,42 +17,23 @@ use super::{Pipeline, TurnOutcome, TurnStatus};
 pub enum TurnEnd {
     /// The stages ran to the end and the request was handed back, no runner ran.
     Prepared,
-    /// [`TurnStatus::Completed`].
-    Completed,
-    /// [`TurnStatus::Ended`].
-    Ended,
-    /// [`TurnStatus::StageFailed`].
-    StageFailed,
-    /// [`TurnStatus::RunnerFailed`].
-    RunnerFailed,
-    /// [`TurnStatus::TimedOut`].
-    TimedOut,
+    /// The turn ran as far as it went, with this status.
+    Finished(TurnStatus),
 }
 
 impl TurnEnd {
-    /// `prepared`, `completed`, `ended`, `stage_failed`, `runner_failed` or `timed_out`
-    /// (a [`TurnStatus`] as it is serialized).
+    /// `prepared`, or the [`TurnStatus`] as it is serialized ([`TurnStatus::as_str`]).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Prepared => "prepared",
-            Self::Completed => "completed",
-            Self::Ended => "ended",
-            Self::StageFailed => "stage_failed",
-            Self::RunnerFailed => "runner_failed",
-            Self::TimedOut => "timed_out",
+            Self::Finished(status) => status.as_str(),
         }
     }
 }
 
 impl From<TurnStatus> for TurnEnd {
     fn from(status: TurnStatus) -> Self {
-        match status {
-            TurnStatus::Completed => Self::Completed,
-            TurnStatus::Ended => Self::Ended,
-            TurnStatus::StageFailed => Self::StageFailed,
-            TurnStatus::RunnerFailed => Self::RunnerFailed,
-            TurnStatus::TimedOut => Self::TimedOut,
-        }
+        Self::Finished(status)
     }
 }
 
@@ -151,10 +132,10 @@ impl Pipeline {
         }
     }
 
-    /// Reports a finished turn to the observer.
-    pub(super) fn observe_turn(&self, report: &TurnReport<'_>) {
+    /// Reports a finished turn to the observer; `report` is built only when there is one.
+    pub(super) fn observe_turn<'a>(&self, report: impl FnOnce() -> TurnReport<'a>) {
         if let Some(observer) = &self.observer {
-            observer.turn_finished(report);
+            observer.turn_finished(&report());
         }
     }
 }

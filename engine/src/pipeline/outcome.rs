@@ -66,7 +66,7 @@ impl RunnerFailure {
 }
 
 /// How a turn ended: [`TurnOutcome::status`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnStatus {
     /// The runner answered.
