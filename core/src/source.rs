@@ -46,6 +46,29 @@ pub enum ServerStatus {
 }
 
 impl ServerStatus {
+    /// Every [`ServerStatus::state`], in the order of the variants.
+    pub const STATES: [&'static str; 6] = [
+        "connecting",
+        "connected",
+        "failed",
+        "reconnecting",
+        "needs_login",
+        "disabled",
+    ];
+
+    /// The state alone, as the `state` tag serializes it: `connecting`, `connected`,
+    /// `failed`, `reconnecting`, `needs_login` or `disabled`.
+    pub fn state(&self) -> &'static str {
+        match self {
+            Self::Connecting => "connecting",
+            Self::Connected => "connected",
+            Self::Failed { .. } => "failed",
+            Self::Reconnecting { .. } => "reconnecting",
+            Self::NeedsLogin { .. } => "needs_login",
+            Self::Disabled => "disabled",
+        }
+    }
+
     /// Whether requests can be sent.
     pub fn is_connected(&self) -> bool {
         matches!(self, Self::Connected)
@@ -522,5 +545,30 @@ pub trait McpSource: Send + Sync {
             server: server.to_owned(),
             capability: "completions",
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::ServerStatus;
+
+    #[test]
+    fn a_status_state_is_its_serialized_tag_and_listed_in_order() {
+        let all = [
+            ServerStatus::Connecting,
+            ServerStatus::Connected,
+            ServerStatus::Failed { reason: "x".into() },
+            ServerStatus::Reconnecting {
+                reason: "x".into(),
+                attempt: 1,
+            },
+            ServerStatus::NeedsLogin { reason: "x".into() },
+            ServerStatus::Disabled,
+        ];
+        for (status, listed) in all.iter().zip(ServerStatus::STATES) {
+            assert_eq!(status.state(), listed);
+            assert_eq!(serde_json::to_value(status).unwrap()["state"], listed);
+        }
     }
 }

@@ -113,17 +113,15 @@ pub(crate) struct ServerHealth {
 /// A [`ServerStatus`] without its details (schema `ServerState`).
 #[derive(Debug, Serialize)]
 pub(crate) struct ServerState {
-    /// `connecting`, `connected`, `failed`, `reconnecting`, `needs_login` or `disabled`.
-    pub(crate) state: String,
+    /// [`ServerStatus::state`].
+    pub(crate) state: &'static str,
 }
 
 impl From<&ServerStatus> for ServerState {
     fn from(status: &ServerStatus) -> Self {
-        let state = serde_json::to_value(status)
-            .ok()
-            .and_then(|v| v.get("state").and_then(|s| s.as_str().map(str::to_owned)))
-            .unwrap_or_default();
-        Self { state }
+        Self {
+            state: status.state(),
+        }
     }
 }
 

@@ -365,26 +365,6 @@ impl std::fmt::Debug for Snapshot {
 }
 
 /// A status as the `status` label says it.
-fn status_label(status: &ServerStatus) -> &'static str {
-    match status {
-        ServerStatus::Connecting => "connecting",
-        ServerStatus::Connected => "connected",
-        ServerStatus::Failed { .. } => "failed",
-        ServerStatus::Reconnecting { .. } => "reconnecting",
-        ServerStatus::NeedsLogin { .. } => "needs_login",
-        ServerStatus::Disabled => "disabled",
-    }
-}
-
-const STATUSES: [&str; 6] = [
-    "connecting",
-    "connected",
-    "failed",
-    "reconnecting",
-    "needs_login",
-    "disabled",
-];
-
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let stats = self.host.request_stats();
@@ -450,8 +430,8 @@ impl Collector for Snapshot {
             MetricType::Gauge,
         )?;
         for s in &servers {
-            let current = status_label(&s.status);
-            for st in STATUSES {
+            let current = s.status.state();
+            for st in ServerStatus::STATES {
                 ConstGauge::new(i64::from(st == current)).encode(
                     status.encode_family(&[("server", s.name.as_str()), ("status", st)])?,
                 )?;
