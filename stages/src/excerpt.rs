@@ -246,15 +246,11 @@ pub fn excerpts(text: &str, index: &DocIndex, kept: &[Kept]) -> Vec<String> {
 }
 
 /// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.
-fn shorten(s: &str, max: usize) -> String {
+pub(crate) fn shorten(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
+    format!("{}…", &s[..s.floor_char_boundary(max)])
 }
 
 #[cfg(test)]

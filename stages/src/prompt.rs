@@ -332,15 +332,7 @@ impl Stage for PromptExpansion {
                     ..
                 } = &e
                 {
-                    let mut reason = message.clone();
-                    if reason.len() > 200 {
-                        let mut end = 200;
-                        while !reason.is_char_boundary(end) {
-                            end -= 1;
-                        }
-                        reason.truncate(end);
-                        reason.push('…');
-                    }
+                    let reason = crate::excerpt::shorten(message, 200);
                     return Ok(StageOutcome::Reply(turn.messages.render(
                         MessageKey::PromptArgumentsRefused,
                         &[

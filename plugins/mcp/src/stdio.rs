@@ -271,14 +271,8 @@ impl<R> LineLimited<R> {
         let json = line.iter().position(|b| matches!(b, b'{' | b'['));
         let junk = &line[..json.unwrap_or(line.len())];
         let text = String::from_utf8_lossy(junk);
-        let mut quoted: &str = text.trim();
-        if quoted.len() > 200 {
-            let mut end = 200;
-            while !quoted.is_char_boundary(end) {
-                end -= 1;
-            }
-            quoted = &quoted[..end];
-        }
+        let quoted = text.trim();
+        let quoted = &quoted[..quoted.floor_char_boundary(200)];
         tracing::warn!(
             server = %self.server,
             wrote = quoted,
